@@ -1,0 +1,1 @@
+"""The tile hardware in Amaranth HDL (installed as hwc.hw)."""

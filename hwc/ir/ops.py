@@ -1,0 +1,396 @@
+"""The IR's op set: one entry per op with its attribute schema and its shape inference.
+
+The IR keeps ONNX op names and meanings, but in a normalized form: every attribute is
+explicit (defaults filled in), inputs that ONNX allows to be computed tensors but that
+are really parameters (Reshape's shape, Slice's starts, Pad's pads, Split's sizes,
+reduce axes, Clip's bounds) are attributes, negative axes are made non-negative, and
+auto_pad is resolved into explicit pads. Flatten, Squeeze and Unsqueeze import as
+Reshape; Dropout as Identity.
+
+Conv, Gemm and MatMul carry an optional fused activation (`act`, `act_args`): the
+graph optimizer moves a following activation into them (see ACTIVATIONS).
+
+This module is the one source of truth for what an op's attributes are and what its
+output types are; the reference interpreter (`hwc.ref`) gives the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hwc.ir.types import TensorType
+
+REQUIRED = object()
+
+#: Fused activations: name -> number of float arguments in `act_args`.
+#: relu: max(x, 0); clip: [lo, hi]; leakyrelu: [alpha]; hardsigmoid: [alpha, beta];
+#: hardswish: x * hardsigmoid(x; 1/6, 1/2); sigmoid; tanh.
+ACTIVATIONS: dict[str, int] = {
+    "": 0, "relu": 0, "clip": 2, "leakyrelu": 1, "hardsigmoid": 2, "hardswish": 0,
+    "sigmoid": 0, "tanh": 0,
+}
+
+_KINDS = {"int": int, "float": float, "str": str, "ints": list, "floats": list}
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    attrs: dict[str, tuple[str, Any]]  # attribute -> (kind, default or REQUIRED)
+    n_in: tuple[int, int]              # (min, max) inputs; max -1 = variadic
+    infer: Callable[[list[TensorType | None], dict[str, Any]], list[TensorType]]
+    doc: str = ""
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _op(name, n_in, attrs=None, doc=""):
+    def deco(fn):
+        OPS[name] = OpDef(name, dict(attrs or {}), n_in, fn, doc)
+        return fn
+    return deco
+
+
+def normalize_attrs(op: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    """Fill defaults, coerce kinds, and reject unknown or missing attributes."""
+    if op not in OPS:
+        raise ValueError(f"unknown IR op {op!r}")
+    schema = OPS[op].attrs
+    unknown = set(attrs) - set(schema)
+    if unknown:
+        raise ValueError(f"{op}: unknown attribute(s) {sorted(unknown)}")
+    out = {}
+    for key, (kind, default) in schema.items():
+        if key in attrs:
+            val = attrs[key]
+        elif default is REQUIRED:
+            raise ValueError(f"{op}: missing required attribute {key!r}")
+        else:
+            val = default
+        out[key] = _coerce(op, key, kind, val)
+    return out
+
+
+def _coerce(op, key, kind, val):
+    if kind == "int":
+        return int(val)
+    if kind == "float":
+        return float(val)
+    if kind == "str":
+        return str(val)
+    if kind == "ints":
+        return [int(v) for v in val]
+    if kind == "floats":
+        return [float(v) for v in val]
+    raise ValueError(f"{op}.{key}: unknown attribute kind {kind}")
+
+
+def infer_types(graph, node) -> list[TensorType]:
+    """Output types of `node` from the types of its inputs in `graph`."""
+    d = OPS.get(node.op)
+    if d is None:
+        raise ValueError(f"unknown IR op {node.op!r} (node {node.name!r})")
+    lo, hi = d.n_in
+    n = len(node.inputs)
+    if n < lo or (hi >= 0 and n > hi):
+        raise ValueError(f"{node.op} node {node.name!r}: {n} inputs, expected {lo}..{hi}")
+    types = [graph.values[i].type if i else None for i in node.inputs]
+    return d.infer(types, node.attrs)
+
+
+# ---- helpers ------------------------------------------------------------------------
+def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(np.broadcast_shapes(*shapes))
+
+
+def _same(t: TensorType, shape) -> TensorType:
+    return TensorType(t.dtype, tuple(shape))
+
+
+def conv_out_dim(size, k, stride, dil, pb, pe, ceil_mode=False) -> int:
+    """Output length of a sliding window (Conv, pooling) along one axis."""
+    span = (k - 1) * dil + 1
+    num = size + pb + pe - span
+    if num < 0:
+        raise ValueError(f"window {span} larger than padded input {size + pb + pe}")
+    out = (-(-num // stride) if ceil_mode else num // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + pb:
+        out -= 1  # the last window must start inside the input or its begin padding
+    return out
+
+
+def _window_out(x: TensorType, kernel, strides, pads, dilations, ceil_mode=False):
+    nd = len(kernel)
+    spatial = x.shape[2:]
+    if len(spatial) != nd:
+        raise ValueError(f"input rank {x.rank} does not match a {nd}-d kernel")
+    return tuple(
+        conv_out_dim(spatial[i], kernel[i], strides[i], dilations[i], pads[i], pads[i + nd], ceil_mode)
+        for i in range(nd)
+    )
+
+
+def _act_check(attrs):
+    act = attrs.get("act", "")
+    if act not in ACTIVATIONS:
+        raise ValueError(f"unknown fused activation {act!r}")
+    if len(attrs.get("act_args", [])) != ACTIVATIONS[act]:
+        raise ValueError(f"activation {act!r} takes {ACTIVATIONS[act]} args, got {attrs['act_args']}")
+
+
+_ACT_ATTRS = {"act": ("str", ""), "act_args": ("floats", [])}
+
+
+# ---- compute ops --------------------------------------------------------------------
+@_op("Conv", (2, 3), {"strides": ("ints", REQUIRED), "pads": ("ints", REQUIRED),
+                      "dilations": ("ints", REQUIRED), "group": ("int", 1), **_ACT_ATTRS},
+     "Convolution, NC* layout, explicit pads [begin..., end...].")
+def _conv(t, a):
+    x, w = t[0], t[1]
+    _act_check(a)
+    if x.shape[1] != w.shape[1] * a["group"]:
+        raise ValueError(f"Conv: input channels {x.shape[1]} != {w.shape[1]} x group {a['group']}")
+    if w.shape[0] % a["group"]:
+        raise ValueError(f"Conv: {w.shape[0]} output channels not divisible by group {a['group']}")
+    if len(t) > 2 and t[2] is not None and t[2].shape != (w.shape[0],):
+        raise ValueError(f"Conv: bias shape {t[2].shape} != ({w.shape[0]},)")
+    sp = _window_out(x, w.shape[2:], a["strides"], a["pads"], a["dilations"])
+    return [_same(x, (x.shape[0], w.shape[0]) + sp)]
+
+
+@_op("Gemm", (2, 3), {"alpha": ("float", 1.0), "beta": ("float", 1.0), "transA": ("int", 0),
+                      "transB": ("int", 0), **_ACT_ATTRS},
+     "Y = alpha * op(A) @ op(B) + beta * C.")
+def _gemm(t, a):
+    _act_check(a)
+    A, B = t[0], t[1]
+    m, k = A.shape[::-1] if a["transA"] else A.shape
+    k2, n = B.shape[::-1] if a["transB"] else B.shape
+    if k != k2:
+        raise ValueError(f"Gemm: inner dims differ ({k} vs {k2})")
+    if len(t) > 2 and t[2] is not None:
+        broadcast(t[2].shape, (m, n))
+    return [_same(A, (m, n))]
+
+
+@_op("MatMul", (2, 2), dict(_ACT_ATTRS), "numpy.matmul semantics (batched, 1-d promotion).")
+def _matmul(t, a):
+    _act_check(a)
+    A, B = t
+    sa, sb = A.shape, B.shape
+    if len(sa) == 0 or len(sb) == 0:
+        raise ValueError("MatMul: scalar operand")
+    a2 = (1,) + sa if len(sa) == 1 else sa
+    b2 = sb + (1,) if len(sb) == 1 else sb
+    if a2[-1] != b2[-2]:
+        raise ValueError(f"MatMul: inner dims differ ({a2[-1]} vs {b2[-2]})")
+    out = broadcast(a2[:-2], b2[:-2]) + (a2[-2], b2[-1])
+    if len(sa) == 1:
+        out = out[:-2] + out[-1:]
+    if len(sb) == 1:
+        out = out[:-1]
+    return [_same(A, out)]
+
+
+# ---- elementwise --------------------------------------------------------------------
+BINARY_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "PRelu")
+VARIADIC_OPS = ("Max", "Min", "Sum", "Mean")
+
+
+def _binary(t, a):
+    return [_same(t[0], broadcast(t[0].shape, t[1].shape))]
+
+
+def _variadic(t, a):
+    return [_same(t[0], broadcast(*(x.shape for x in t)))]
+
+
+for _name in BINARY_OPS:
+    _op(_name, (2, 2))(_binary)
+for _name in VARIADIC_OPS:
+    _op(_name, (1, -1))(_variadic)
+
+
+def _unary(t, a):
+    return [t[0]]
+
+
+#: Unary elementwise ops with their attributes.
+UNARY_OPS: dict[str, dict] = {
+    "Relu": {}, "Sigmoid": {}, "Tanh": {}, "HardSwish": {}, "Abs": {}, "Neg": {}, "Exp": {},
+    "Log": {}, "Sqrt": {}, "Reciprocal": {}, "Floor": {}, "Ceil": {}, "Sign": {},
+    "Softplus": {}, "Softsign": {}, "Identity": {},
+    "LeakyRelu": {"alpha": ("float", 0.01)},
+    "Clip": {"min": ("float", -math.inf), "max": ("float", math.inf)},
+    "HardSigmoid": {"alpha": ("float", 0.2), "beta": ("float", 0.5)},
+    "Elu": {"alpha": ("float", 1.0)},
+    "Celu": {"alpha": ("float", 1.0)},
+    "Selu": {"alpha": ("float", 1.6732632423543772), "gamma": ("float", 1.0507009873554805)},
+    "ThresholdedRelu": {"alpha": ("float", 1.0)},
+}
+for _name, _attrs in UNARY_OPS.items():
+    _op(_name, (1, 1), _attrs)(_unary)
+
+ELEMENTWISE_OPS = frozenset(BINARY_OPS) | frozenset(VARIADIC_OPS) | frozenset(UNARY_OPS)
+
+
+@_op("Cast", (1, 1), {"to": ("str", REQUIRED)})
+def _cast(t, a):
+    return [TensorType(a["to"], t[0].shape)]
+
+
+@_op("Softmax", (1, 1), {"axis": ("int", REQUIRED)})
+def _softmax(t, a):
+    if not 0 <= a["axis"] < t[0].rank:
+        raise ValueError(f"Softmax: axis {a['axis']} out of range for rank {t[0].rank}")
+    return [t[0]]
+
+
+OPS["LogSoftmax"] = OpDef("LogSoftmax", OPS["Softmax"].attrs, (1, 1), _softmax)
+
+
+# ---- pooling and normalization ------------------------------------------------------
+_POOL = {"kernel_shape": ("ints", REQUIRED), "strides": ("ints", REQUIRED), "pads": ("ints", REQUIRED),
+         "dilations": ("ints", REQUIRED), "ceil_mode": ("int", 0)}
+
+
+@_op("MaxPool", (1, 1), _POOL)
+def _maxpool(t, a):
+    x = t[0]
+    sp = _window_out(x, a["kernel_shape"], a["strides"], a["pads"], a["dilations"], bool(a["ceil_mode"]))
+    return [_same(x, x.shape[:2] + sp)]
+
+
+@_op("AveragePool", (1, 1), {**_POOL, "count_include_pad": ("int", 0)})
+def _avgpool(t, a):
+    return _maxpool(t, a)
+
+
+@_op("GlobalAveragePool", (1, 1))
+def _gap(t, a):
+    x = t[0]
+    return [_same(x, x.shape[:2] + (1,) * (x.rank - 2))]
+
+
+OPS["GlobalMaxPool"] = OpDef("GlobalMaxPool", {}, (1, 1), _gap)
+
+
+@_op("BatchNormalization", (5, 5), {"epsilon": ("float", 1e-5)},
+     "Inference form: scale * (x - mean) / sqrt(var + eps) + B, per channel (axis 1).")
+def _bn(t, a):
+    x = t[0]
+    c = x.shape[1] if x.rank > 1 else 1
+    for p in t[1:]:
+        if p.shape != (c,):
+            raise ValueError(f"BatchNormalization: parameter shape {p.shape} != ({c},)")
+    return [x]
+
+
+# ---- shape ops ----------------------------------------------------------------------
+@_op("Reshape", (1, 1), {"shape": ("ints", REQUIRED)}, "Explicit target shape (no 0 or -1).")
+def _reshape(t, a):
+    if math.prod(a["shape"]) != t[0].size:
+        raise ValueError(f"Reshape: {t[0].shape} -> {a['shape']} changes the element count")
+    return [_same(t[0], a["shape"])]
+
+
+@_op("Transpose", (1, 1), {"perm": ("ints", REQUIRED)})
+def _transpose(t, a):
+    x = t[0]
+    if sorted(a["perm"]) != list(range(x.rank)):
+        raise ValueError(f"Transpose: perm {a['perm']} is not a permutation of rank {x.rank}")
+    return [_same(x, tuple(x.shape[p] for p in a["perm"]))]
+
+
+@_op("Expand", (1, 1), {"shape": ("ints", REQUIRED)})
+def _expand(t, a):
+    return [_same(t[0], broadcast(t[0].shape, tuple(a["shape"])))]
+
+
+@_op("Concat", (1, -1), {"axis": ("int", REQUIRED)})
+def _concat(t, a):
+    ax = a["axis"]
+    base = t[0].shape
+    total = 0
+    for x in t:
+        if x.rank != len(base) or any(x.shape[i] != base[i] for i in range(len(base)) if i != ax):
+            raise ValueError(f"Concat: shapes {[x.shape for x in t]} differ off axis {ax}")
+        if x.dtype != t[0].dtype:
+            raise ValueError("Concat: inputs of different dtypes")
+        total += x.shape[ax]
+    return [_same(t[0], base[:ax] + (total,) + base[ax + 1:])]
+
+
+@_op("Split", (1, 1), {"axis": ("int", REQUIRED), "split": ("ints", REQUIRED)})
+def _split(t, a):
+    x, ax = t[0], a["axis"]
+    if sum(a["split"]) != x.shape[ax]:
+        raise ValueError(f"Split: sizes {a['split']} do not add up to {x.shape[ax]}")
+    return [_same(x, x.shape[:ax] + (s,) + x.shape[ax + 1:]) for s in a["split"]]
+
+
+@_op("Slice", (1, 1), {"starts": ("ints", REQUIRED), "ends": ("ints", REQUIRED), "steps": ("ints", REQUIRED)},
+     "One (start, end, step) per axis, clamped; for a negative step an end of -1 means "
+     "'through index 0'.")
+def _slice(t, a):
+    x = t[0]
+    if not (len(a["starts"]) == len(a["ends"]) == len(a["steps"]) == x.rank):
+        raise ValueError("Slice: starts/ends/steps must have one entry per axis")
+    return [_same(x, tuple(len(r) for r in slice_ranges(a)))]
+
+
+def slice_ranges(a) -> list[range]:
+    """The indices a normalized Slice takes along each axis, as Python ranges."""
+    return [range(s, e, st) for s, e, st in zip(a["starts"], a["ends"], a["steps"])]
+
+
+@_op("Pad", (1, 1), {"pads": ("ints", REQUIRED), "mode": ("str", "constant"), "value": ("float", 0.0)})
+def _pad(t, a):
+    x = t[0]
+    p = a["pads"]
+    if len(p) != 2 * x.rank:
+        raise ValueError(f"Pad: {len(p)} pads for rank {x.rank}")
+    return [_same(x, tuple(x.shape[i] + p[i] + p[i + x.rank] for i in range(x.rank)))]
+
+
+@_op("Gather", (2, 2), {"axis": ("int", 0)})
+def _gather(t, a):
+    x, idx, ax = t[0], t[1], a["axis"]
+    if idx.dtype not in ("int32", "int64"):
+        raise ValueError(f"Gather: indices must be int32/int64, not {idx.dtype}")
+    return [_same(x, x.shape[:ax] + idx.shape + x.shape[ax + 1:])]
+
+
+REDUCE_OPS = ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum")
+
+
+def _reduce(t, a):
+    x = t[0]
+    axes = set(a["axes"])
+    if a["keepdims"]:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return [_same(x, shape)]
+
+
+for _name in REDUCE_OPS:
+    _op(_name, (1, 1), {"axes": ("ints", REQUIRED), "keepdims": ("int", 1)})(_reduce)
+
+
+# ---- quantization -------------------------------------------------------------------
+@_op("QuantizeLinear", (3, 3), {"axis": ("int", 1)},
+     "y = saturate(round_half_even(x / scale) + zero_point); dtype of zero_point.")
+def _quantize(t, a):
+    return [TensorType(t[2].dtype, t[0].shape)]
+
+
+@_op("DequantizeLinear", (3, 3), {"axis": ("int", 1)}, "y = (x - zero_point) * scale (float32).")
+def _dequantize(t, a):
+    return [TensorType("float32", t[0].shape)]

@@ -1,0 +1,1 @@
+"""numpy reference interpreters: float (interp) and, later, int8."""

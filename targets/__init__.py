@@ -1,0 +1,1 @@
+"""Target descriptions (YAML), installed as package data of hwc.targets."""
