@@ -34,6 +34,9 @@ ONNX_DTYPES = {
 }
 IR_TO_ONNX = {v: k for k, v in ONNX_DTYPES.items()}
 
+#: How `problems` marks a node skipped because an input comes from a failed node.
+UNCHECKED = "not checked"
+
 #: Largest integer constant folded at import (shape arithmetic is small).
 FOLD_LIMIT = 1 << 16
 
@@ -81,7 +84,7 @@ def check_model(model: onnx.ModelProto, where: str = "model") -> None:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
         raise ModelError(
             f"Model {where!r} fails onnx.checker: {first}. The file is not a valid ONNX model; "
             f"fix the exporter or the graph (onnx.checker.check_model shows the full report).") from None
@@ -362,6 +365,12 @@ def _bn(ctx: Ctx):
         raise ctx.fail("training_mode=1 is not supported (hwc compiles inference graphs)")
     if not ctx.attr("spatial", 1):
         raise ctx.fail("spatial=0 is not supported")
+    if ctx.opset < 14 and any(ctx.node.output[1:]):
+        # Before opset 14 the number of outputs selects the mode: Y alone is test mode,
+        # Y plus the statistics outputs is training mode (Y from the batch statistics).
+        raise ctx.fail(f"{sum(map(bool, ctx.node.output))} outputs select training mode before "
+                       f"opset 14, which is not supported (hwc compiles inference graphs: keep "
+                       f"only output Y)")
     ctx.unused_outputs_from(1, ctx.consumers)
     ctx.emit("BatchNormalization", [ctx.inp(i) for i in range(5)], {"epsilon": ctx.attr("epsilon", 1e-5)})
 
@@ -623,6 +632,13 @@ def _cast(ctx: Ctx):
     ctx.emit("Cast", [ctx.inp(0)], {"to": ONNX_DTYPES[to]})
 
 
+@converter("CastLike")
+def _cast_like(ctx: Ctx):
+    # saturate and round_mode only apply to float8 targets, which the IR does not have.
+    ctx.allow("saturate", "round_mode")
+    ctx.emit("Cast", [ctx.inp(0)], {"to": ctx.type(1).dtype})
+
+
 @converter("Expand")
 def _expand(ctx: Ctx):
     ctx.allow()
@@ -654,6 +670,10 @@ def _q_common(ctx: Ctx):
     ctx.allow("axis", "saturate", "block_size", "output_dtype", "precision")
     if ctx.attr("block_size", 0):
         raise ctx.fail("blocked quantization (block_size) is not supported")
+    precision = ctx.attr("precision", 0)
+    if precision not in (0, onnx.TensorProto.FLOAT):
+        raise ctx.fail(f"precision={onnx_dtype_name(precision)} is not supported (the division "
+                       f"is done in float32)")
     x = ctx.type(0)
     scale = ctx.type(1)
     axis = ctx.axis(ctx.attr("axis", 1), max(x.rank, 1)) if scale.rank else 1
@@ -669,7 +689,8 @@ def _quantize(ctx: Ctx):
         to = ctx.attr("output_dtype", onnx.TensorProto.UINT8) or onnx.TensorProto.UINT8
         if to not in (onnx.TensorProto.UINT8, onnx.TensorProto.INT8):
             raise ctx.fail(f"quantization to {onnx_dtype_name(to)} is not supported (int8/uint8 only)")
-        zp = ctx.g.add_const(np.zeros((), dtype=ONNX_DTYPES[to]), hint=f"{ctx.node.output[0]}_zp")
+        zp = ctx.g.add_const(np.zeros(ctx.type(1).shape, dtype=ONNX_DTYPES[to]),
+                             hint=f"{ctx.node.output[0]}_zp")
     if ctx.g.type(zp).dtype not in ("int8", "uint8"):
         raise ctx.fail(f"quantization to {ctx.g.type(zp).dtype} is not supported (int8/uint8 only)")
     ctx.emit("QuantizeLinear", [ctx.inp(0), ctx.inp(1), zp], {"axis": axis})
@@ -681,8 +702,14 @@ def _dequantize(ctx: Ctx):
     x = ctx.type(0)
     if x.dtype not in ("int8", "uint8", "int32"):
         raise ctx.fail(f"dequantization of {x.dtype} is not supported")
-    zp = ctx.inp(2) if ctx.has(2) else ctx.g.add_const(np.zeros((), dtype=x.np_dtype),
-                                                       hint=f"{ctx.node.output[0]}_zp")
+    to = ctx.attr("output_dtype", 0)
+    if to not in (0, onnx.TensorProto.FLOAT):
+        raise ctx.fail(f"output_dtype={onnx_dtype_name(to)} is not supported (float32 only)")
+    if ctx.has(2):
+        zp = ctx.inp(2)
+    else:
+        zp = ctx.g.add_const(np.zeros(ctx.type(1).shape, dtype=x.np_dtype),
+                             hint=f"{ctx.node.output[0]}_zp")
     ctx.emit("DequantizeLinear", [ctx.inp(0), ctx.inp(1), zp], {"axis": axis})
 
 
@@ -742,11 +769,11 @@ def _value_type(vi: onnx.ValueInfoProto, input_shapes: dict, where: str) -> Tens
             dims.append(d.dim_value)
         else:
             sym = d.dim_param or "?"
+            example = "x".join(str(x.dim_value) if x.HasField("dim_value") else "1" for x in tt.shape.dim)
             raise UserError(
                 f"{where} {vi.name!r} has a symbolic dimension {sym!r} at axis {ax} (shape "
                 f"{_fmt_dims(tt.shape.dim)}). hwc compiles static shapes: bind it with "
-                f"--input-shape {vi.name}={'x'.join(str(x.dim_value) if x.HasField('dim_value') else '1' for x in tt.shape.dim)} "
-                f"(API: input_shapes={{'{vi.name}': (...)}}).")
+                f"--input-shape {vi.name}={example} (API: input_shapes={{'{vi.name}': (...)}}).")
     return TensorType(dtype, tuple(dims))
 
 
@@ -759,11 +786,15 @@ def import_onnx(
     model: onnx.ModelProto | str | os.PathLike,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
     bind: dict[str, np.ndarray] | None = None,
+    problems: list[tuple[onnx.NodeProto, str]] | None = None,
 ) -> Graph:
     """Import an ONNX model (a path or a ModelProto) into a verified graph IR.
 
     `input_shapes` binds symbolic (or overrides) input shapes; `bind` freezes graph
     inputs to constant values (variables known at build time become constants).
+    With a `problems` list (what `hwc check` does), nodes that cannot be imported are
+    recorded there as (node, reason) and skipped instead of raising; the graph returned
+    is then partial and not verified.
     """
     if not isinstance(model, onnx.ModelProto):
         model = load_model(model)
@@ -775,7 +806,7 @@ def import_onnx(
                                f"Convert it with onnx.version_converter.convert_version(model, 17).",
                                [f"opset {opset}"])
     bad = scan_unsupported(model)
-    if bad:
+    if bad and problems is None:
         raise UnsupportedError(
             f"The model uses {len(bad)} node(s) hwc does not support:\n  " + "\n  ".join(bad)
             + "\nRun `hwc check MODEL` for the full table of what is and is not supported.", bad)
@@ -808,10 +839,25 @@ def import_onnx(
     consumers = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     for n in graph.node:
         ctx = Ctx(g, n, opset, consumers)
+        if problems is not None:
+            if n.domain not in ("", "ai.onnx") or n.op_type not in CONVERTERS:
+                problems.append((n, f"no converter for {n.op_type!r} (domain {n.domain or 'ai.onnx'!r})"))
+                continue
+            lost = [i for i in n.input if i and i not in g.values]
+            if lost:
+                problems.append((n, f"{UNCHECKED}: input {lost[0]!r} comes from a node that failed"))
+                continue
+            try:
+                CONVERTERS[n.op_type](ctx)
+            except UserError as e:
+                problems.append((n, str(e).replace(ctx.where + ": ", "")))
+            continue
         CONVERTERS[n.op_type](ctx)
         for o in n.output:
             if o and o in consumers and o not in g.values:
                 raise ctx.fail(f"output {o!r} was not produced", unsupported=False)
+    if problems:
+        return g
     g.outputs = [o.name for o in graph.output]
     g.metadata["opset"] = opset
     g.metadata["producer"] = f"{model.producer_name} {model.producer_version}".strip()

@@ -388,9 +388,22 @@ for _name in REDUCE_OPS:
 @_op("QuantizeLinear", (3, 3), {"axis": ("int", 1)},
      "y = saturate(round_half_even(x / scale) + zero_point); dtype of zero_point.")
 def _quantize(t, a):
+    _check_qparams("QuantizeLinear", t, a)
     return [TensorType(t[2].dtype, t[0].shape)]
+
+
+def _check_qparams(op, t, a):
+    """Scale and zero point: both per-tensor (one element), or both per-axis (x.shape[axis],)."""
+    x, scale, zp = t
+    if scale.size == 1 and zp.size == 1 and scale.rank <= 1 and zp.rank <= 1:
+        return
+    n = x.shape[a["axis"]] if 0 <= a["axis"] < x.rank else None
+    if scale.shape != (n,) or zp.shape != (n,):
+        raise ValueError(f"{op}: scale {scale.shape} and zero point {zp.shape} must both have one "
+                         f"element, or both be ({n},) for axis {a['axis']} of input {x.shape}")
 
 
 @_op("DequantizeLinear", (3, 3), {"axis": ("int", 1)}, "y = (x - zero_point) * scale (float32).")
 def _dequantize(t, a):
+    _check_qparams("DequantizeLinear", t, a)
     return [TensorType("float32", t[0].shape)]

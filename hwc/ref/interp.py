@@ -431,13 +431,23 @@ def _gather(a, x, idx):
     return [np.take(x, idx, axis=ax)]
 
 
+def _empty_reduction(fn, dtype: np.dtype):
+    """ReduceMax/ReduceMin of an empty set: -inf/+inf, or the dtype's min/max (bool: False/True)."""
+    big = fn is np.max
+    if np.issubdtype(dtype, np.floating):
+        return -np.inf if big else np.inf
+    if dtype == np.bool_:
+        return not big
+    info = np.iinfo(dtype)
+    return info.min if big else info.max
+
+
 def _reducer(fn):
     def k(a, x):
         axes = tuple(a["axes"])
         if x.size == 0 and fn in (np.max, np.min):
             shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-            fill = -np.inf if fn is np.max else np.inf
-            y = np.full(shape, fill)
+            y = np.full(shape, _empty_reduction(fn, x.dtype), dtype=x.dtype)
             return [y if a["keepdims"] else y.reshape([d for i, d in enumerate(x.shape) if i not in axes])]
         src = _f(x) if fn in (np.mean, np.sum) and np.issubdtype(x.dtype, np.floating) else x
         return [fn(src, axis=axes, keepdims=bool(a["keepdims"]))]
@@ -464,7 +474,9 @@ def _quantize(a, x, scale, zp):
     s = _qparam(scale, x, a["axis"]).astype(np.float32)
     z = _qparam(zp, x, a["axis"]).astype(np.int64)
     info = np.iinfo(zp.dtype)
-    q = np.rint(x.astype(np.float32) / s).astype(np.int64) + z
+    # Divide in float32 (the scale's precision), round half to even, then add the zero
+    # point and saturate in float64, so out-of-range values (even inf) saturate.
+    q = np.rint(x.astype(np.float32) / s).astype(np.float64) + z
     return [np.clip(q, info.min, info.max).astype(zp.dtype)]
 
 

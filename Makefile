@@ -1,0 +1,41 @@
+# hwc — every target sets up what it needs: a .venv with the package and its pinned
+# dependencies, and (for RTL simulation) Icarus Verilog from Debian when we are root.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.hwc-installed
+JOBS ?= 2
+
+.PHONY: all setup demo test test-all bench lint clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing hwc and its dependencies into $(VENV) (about a minute the first time) ..."
+	@$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]' 2>&1 | grep -v "is ignored: it is neither" || true
+	@$(BIN)/python -c "import hwc, hwc.hw, hwc.sim, onnxruntime, amaranth, cocotb, llvmlite" \
+		|| { echo "make: the install into $(VENV) failed (see above)"; exit 1; }
+	@touch $(STAMP)
+
+setup: $(STAMP)
+	@bash scripts/ensure-tools.sh
+
+demo: setup
+	$(BIN)/python examples/demo.py
+
+test: setup
+	$(BIN)/python -m pytest -q -m "not slow" -n $(JOBS)
+
+test-all: setup
+	$(BIN)/python -m pytest -q -n $(JOBS)
+
+bench: setup
+	$(BIN)/python benchmarks/run.py
+
+lint: setup
+	$(BIN)/ruff check hwc hw sim targets tests examples benchmarks
+
+clean:
+	rm -rf build dist out .pytest_cache .ruff_cache *.egg-info

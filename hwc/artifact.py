@@ -1,0 +1,188 @@
+"""Build artifacts: what `hwc.build` returns, `art.save(dir)` writes and `hwc.load(dir)` reads.
+
+Every artifact knows its inputs and outputs (name, shape, dtype) and validates what it is
+given to run. Inputs may carry one extra leading axis of N samples beyond the declared
+shape; outputs then carry the same axis (the CLI contract). Saving writes to a temporary
+folder next to the destination and renames it into place, so an interrupted save never
+leaves a half-written artifact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import hwc
+from hwc.errors import InputError, UserError
+from hwc.ir.graph import Graph
+from hwc.ir.serialize import load_graph, save_graph
+
+#: Artifact classes by the target kind they serve; each backend registers its own.
+KINDS: dict[str, type[Artifact]] = {}
+
+
+def register(kind: str):
+    def deco(cls):
+        cls.kind = kind
+        KINDS[kind] = cls
+        return cls
+    return deco
+
+
+def io_spec(g: Graph, names: list[str]) -> list[dict[str, Any]]:
+    return [{"name": n, "shape": list(g.type(n).shape), "dtype": g.type(n).dtype} for n in names]
+
+
+def _fmt_shape(shape) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
+def check_feeds(feeds: dict[str, Any], inputs: list[dict]) -> tuple[dict[str, np.ndarray], int | None]:
+    """Validate run-time inputs; returns them as arrays and the samples count (None: no axis)."""
+    if not isinstance(feeds, dict):
+        raise InputError(f"Inputs must be a dict of input name -> array; got {type(feeds).__name__}.")
+    expected = [i["name"] for i in inputs]
+    unknown = sorted(set(feeds) - set(expected))
+    if unknown:
+        raise InputError(f"Unknown input name(s) {unknown}. The model's inputs are {expected}; "
+                         f"key the data by these names (an .npz with these keys).")
+    missing = [n for n in expected if n not in feeds]
+    if missing:
+        raise InputError(f"Missing input(s) {missing}. The model needs {expected}; "
+                         f"provide an array for each (an .npz with these keys).")
+    out, samples = {}, set()
+    for spec in inputs:
+        name, shape, dtype = spec["name"], tuple(spec["shape"]), np.dtype(spec["dtype"])
+        x = np.asarray(feeds[name])
+        if x.dtype != dtype:
+            raise InputError(
+                f"Input {name!r} has dtype {x.dtype}, but the model takes {dtype}. Convert it first "
+                f"(e.g. x.astype(np.{dtype.name})); hwc does not cast silently.")
+        if x.shape == shape:
+            samples.add(None)
+        elif x.shape[1:] == shape:
+            samples.add(x.shape[0])
+        else:
+            raise InputError(
+                f"Input {name!r} has shape {_fmt_shape(x.shape)}, but the model takes "
+                f"{_fmt_shape(shape)} (optionally with one extra leading axis of N samples: "
+                f"Nx{_fmt_shape(shape)}).")
+        out[name] = x
+    if len(samples) > 1:
+        raise InputError(f"Inputs disagree on the samples axis (found {sorted(map(str, samples))}): "
+                         f"give all inputs the same extra leading axis, or none.")
+    return out, samples.pop() if samples else None
+
+
+class Artifact:
+    """A compiled model for one target."""
+
+    kind = "base"
+    engines: tuple[str, ...] = ("auto",)
+
+    def __init__(self, target: dict, graph: Graph, report: dict | None = None, info: dict | None = None):
+        self.target = target
+        self.graph = graph
+        self.report = report or {}
+        self.info = info or {}
+        self.inputs = io_spec(graph, graph.inputs)
+        self.outputs = io_spec(graph, graph.outputs)
+
+    # ---- running ------------------------------------------------------------------
+    def run(self, feeds: dict[str, np.ndarray], engine: str = "auto") -> dict[str, np.ndarray]:
+        """Run on one input set, or on N samples stacked along an extra leading axis."""
+        if engine not in self.engines:
+            raise UserError(f"Engine {engine!r} is not available for target {self.target['name']!r}; "
+                            f"choose one of {', '.join(self.engines)}.")
+        feeds, n = check_feeds(feeds, self.inputs)
+        if n is None:
+            return self._run_one(feeds, engine)
+        results = [self._run_one({k: v[i] for k, v in feeds.items()}, engine) for i in range(n)]
+        return {o["name"]: np.stack([r[o["name"]] for r in results]) if n else
+                np.zeros((0, *o["shape"]), o["dtype"]) for o in self.outputs}
+
+    def _run_one(self, feeds: dict[str, np.ndarray], engine: str) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    # ---- saving and loading -------------------------------------------------------
+    def model_json(self) -> dict:
+        return {
+            "hwc_version": hwc.__version__,
+            "kind": self.kind,
+            "target": self.target,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            **self.info,
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the artifact folder atomically; returns its path."""
+        dest = Path(path)
+        if dest.exists() and not dest.is_dir():
+            raise UserError(f"Output path {str(dest)!r} exists and is not a folder; choose another -o.")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+        try:
+            self._write(tmp)
+            _write_json(tmp / "model.json", self.model_json())
+            _write_json(tmp / "report.json", self.report)
+            if dest.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+                os.rename(dest, old / "x")
+                os.rename(tmp, dest)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(tmp, dest)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return dest
+
+    def _write(self, folder: Path) -> None:
+        save_graph(self.graph, folder)
+
+    @classmethod
+    def _read(cls, folder: Path, model: dict) -> Artifact:
+        report = json.loads((folder / "report.json").read_text())
+        info = {k: v for k, v in model.items()
+                if k not in ("hwc_version", "kind", "target", "inputs", "outputs")}
+        return cls(model["target"], load_graph(folder), report, info)
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def load(path: str | os.PathLike) -> Artifact:
+    """Read an artifact folder written by `Artifact.save` (or `hwc build -o`)."""
+    folder = Path(path)
+    mj = folder / "model.json"
+    if not folder.is_dir() or not mj.is_file():
+        raise UserError(f"{str(folder)!r} is not an hwc build folder (no model.json). Build one with "
+                        f"`hwc build MODEL.onnx --target T -o {folder}`.")
+    try:
+        model = json.loads(mj.read_text())
+        kind = model["kind"]
+    except (ValueError, KeyError) as e:
+        raise UserError(f"{str(mj)!r} is damaged ({e}); rebuild the folder with `hwc build`.") from None
+    if kind not in KINDS:
+        raise UserError(f"{str(folder)!r} holds a {kind!r} artifact, which this hwc does not know.")
+    return KINDS[kind]._read(folder, model)
+
+
+@register("ref")
+class RefArtifact(Artifact):
+    """The reference target: runs the graph in the numpy reference interpreter."""
+
+    engines = ("auto", "reference")
+
+    def _run_one(self, feeds, engine):
+        from hwc.ref.interp import run_graph
+
+        return run_graph(self.graph, feeds)

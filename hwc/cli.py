@@ -1,0 +1,213 @@
+"""The `hwc` command line (contract in ARCHITECTURE.md).
+
+Exit codes: 0 ok; 2 bad input or unsupported model (a one-paragraph message, never a
+traceback); 1 an internal error (a bug in hwc: run with --debug for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from hwc.errors import HwcError, InputError, UserError
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+# ---- argument helpers ---------------------------------------------------------------------
+def parse_shape_binding(text: str) -> tuple[str, tuple[int, ...]]:
+    """`NAME=1x3x32x32` -> ("NAME", (1, 3, 32, 32))."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+        ok = sep and name and all(d >= 0 for d in shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UserError(f"--input-shape {text!r} is not of the form NAME=D1xD2x... "
+                        f"(e.g. --input-shape input=1x3x32x32).")
+    return name, shape
+
+
+def input_shapes(args) -> dict[str, tuple[int, ...]]:
+    return dict(parse_shape_binding(t) for t in (getattr(args, "input_shape", None) or []))
+
+
+def read_inputs(path: str, inputs: list[dict]) -> dict[str, np.ndarray]:
+    """Read an .npz keyed by input names, or an .npy for a single-input model."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"Input file {path!r} does not exist.")
+    try:
+        data = np.load(p, allow_pickle=False)
+    except Exception as e:
+        raise InputError(f"Cannot read input file {path!r} as .npy/.npz ({e}). Save inputs with "
+                         f"numpy.savez(path, **{{name: array}}) or numpy.save.") from None
+    if isinstance(data, np.ndarray):
+        if len(inputs) != 1:
+            names = [i["name"] for i in inputs]
+            raise InputError(f"{path!r} is a single .npy array, but the model has {len(inputs)} "
+                             f"inputs {names}; use an .npz keyed by those names.")
+        return {inputs[0]["name"]: data}
+    with data:
+        feeds = {k: data[k] for k in data.files}
+    names = {i["name"] for i in inputs}
+    missing = [i["name"] for i in inputs if i["name"] not in feeds]
+    if missing:
+        raise InputError(f"{path!r} has no array for input(s) {missing} (it holds {sorted(feeds)}). "
+                         f"Save the .npz with one key per model input.")
+    return {k: v for k, v in feeds.items() if k in names}
+
+
+def _fmt_shape(shape) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
+# ---- commands -------------------------------------------------------------------------------
+def cmd_check(args) -> int:
+    from hwc.frontend.check import check_model_support
+
+    rows, notes = check_model_support(args.model, input_shapes(args))
+    table = Table(title=f"hwc check {args.model}")
+    for col in ("op type", "count", "supported", "why not"):
+        table.add_column(col)
+    bad = sum(r["unsupported"] for r in rows)
+    unchecked = sum(r["unchecked"] for r in rows)
+    for r in rows:
+        if r["unsupported"]:
+            status = f"[red]no ({r['unsupported']})[/red]"
+        elif r["unchecked"]:
+            status = f"[yellow]not checked ({r['unchecked']})[/yellow]"
+        else:
+            status = "yes"
+        table.add_row(r["op"], str(r["count"]), status, "; ".join(r["reasons"]))
+    out.print(table)
+    for n in notes:
+        out.print(f"note: {n}")
+    total = sum(r["count"] for r in rows)
+    if bad:
+        more = f"; {unchecked} more could not be checked because they depend on those" if unchecked else ""
+        err.print(f"hwc: {bad} of {total} nodes are not supported{more} (see the table above).",
+                  soft_wrap=True)
+        return 2
+    out.print(f"All {total} nodes ({len(rows)} op types) are supported.")
+    return 0
+
+
+def cmd_build(args) -> int:
+    import hwc
+
+    t0 = time.perf_counter()
+    with out.status(f"building {args.model} for {args.target} ..."):
+        art = hwc.build(args.model, target=args.target, calib=args.calib, int8=args.int8,
+                        input_shapes=input_shapes(args))
+        dest = art.save(args.output)
+    rep = art.report
+    out.print(f"built {args.model} for [bold]{art.target['name']}[/bold] -> {dest}/ "
+              f"in {time.perf_counter() - t0:.2f} s")
+    out.print(f"  {rep.get('nodes', '?')} nodes, {rep.get('macs', 0):,} MACs, "
+              f"{rep.get('weights_bytes', 0):,} weight bytes")
+    for io, label in ((art.inputs, "input"), (art.outputs, "output")):
+        for i in io:
+            out.print(f"  {label} {i['name']}: {i['dtype']}[{_fmt_shape(i['shape'])}]")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import hwc
+
+    art = hwc.load(args.artifact)
+    feeds = read_inputs(args.input, art.inputs)
+    t0 = time.perf_counter()
+    res = art.run(feeds, engine=args.engine)
+    dt = time.perf_counter() - t0
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.output, "wb") as f:
+            np.savez(f, **res)
+    out.print(f"ran {args.artifact} ({art.target['name']}, engine {args.engine}) in {dt * 1e3:.1f} ms")
+    for name, y in res.items():
+        flat = y.reshape(-1)
+        head = np.array2string(flat[:6], precision=4, separator=", ")
+        out.print(f"  {name}: {y.dtype}[{_fmt_shape(y.shape)}] {head}{' ...' if flat.size > 6 else ''}")
+    if args.output:
+        out.print(f"  wrote {args.output}")
+    return 0
+
+
+# ---- parser ----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hwc", description="hwc: an ahead-of-time neural-network "
+                                "compiler for CPUs (LLVM) and a generated int8 matrix-engine tile.")
+    p.add_argument("--version", action="version", version=f"hwc {__import__('hwc').__version__}")
+    p.add_argument("--debug", action="store_true",
+                   help="verify the IR after every pass and show tracebacks of internal errors")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def shapes(sp):
+        sp.add_argument("--input-shape", action="append", metavar="NAME=1x3x32x32",
+                        help="bind the shape of an input with symbolic dims (repeatable)")
+
+    c = sub.add_parser("check", help="what in a model is supported, what is not, and why")
+    c.add_argument("model")
+    shapes(c)
+    c.set_defaults(fn=cmd_check)
+
+    b = sub.add_parser("build", help="compile a model for a target")
+    b.add_argument("model")
+    b.add_argument("--target", default="ref", help="ref, cpu, tile8x8, tile32x32 or a target .yaml")
+    b.add_argument("-o", "--output", default="out", help="output folder (default: out)")
+    b.add_argument("--calib", help="calibration inputs (.npz) for int8 quantization")
+    q = b.add_mutually_exclusive_group()
+    q.add_argument("--int8", action="store_true", help="quantize to int8")
+    q.add_argument("--float", dest="int8", action="store_false", help="keep float32 (default)")
+    shapes(b)
+    b.set_defaults(fn=cmd_build)
+
+    r = sub.add_parser("run", help="run a built model on inputs")
+    r.add_argument("artifact", help="a folder written by `hwc build`")
+    r.add_argument("--input", required=True, help="X.npz keyed by input names, or X.npy")
+    r.add_argument("-o", "--output", help="write outputs to this .npz")
+    r.add_argument("--engine", default="auto", help="auto, reference, model or rtl")
+    r.set_defaults(fn=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.debug:
+        import os
+
+        os.environ["HWC_DEBUG"] = "1"
+    try:
+        return args.fn(args)
+    except UserError as e:
+        err.print(f"hwc: error: {e}", markup=False, soft_wrap=True)
+        return 2
+    except HwcError as e:
+        err.print(f"hwc: internal error: {e}", markup=False, soft_wrap=True)
+        if args.debug:
+            raise
+        return 1
+    except KeyboardInterrupt:
+        err.print("hwc: interrupted")
+        return 130
+    except Exception as e:  # a bug in hwc: say so, keep the traceback for --debug
+        err.print(f"hwc: internal error ({type(e).__name__}): {e}\n"
+                  f"This is a bug in hwc. Run again with --debug for the traceback and report it.",
+                  markup=False)
+        if args.debug:
+            raise
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""The tile's instruction set: the one definition of every opcode and field.
+
+The hardware decoder (`hw/`), the scheduler (`hwc/tile/`), the Python tile model and
+the disassembler all import this module; nothing else knows bit positions. Behaviour and
+timing are specified in docs/tile.md.
+
+An instruction is 128 bits, little-endian (16 bytes in program.bin). Bits [3:0] are the
+opcode, bits [6:4] the wait mask (LOAD, COMPUTE, STORE idle), bit 7 reserved (0); the
+opcode's fields follow from bit 8 upward in the order listed in FORMATS.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+INSN_BITS = 128
+INSN_BYTES = INSN_BITS // 8
+HEADER_BITS = 8
+
+
+class Op(enum.IntEnum):
+    NOP = 0
+    LOAD = 1
+    STORE = 2
+    GEMM = 3
+    PPU = 4
+    VEC = 5
+    FILL = 6
+    FINISH = 15
+
+
+class Wait(enum.IntFlag):
+    """Units an instruction waits on (until they are idle) before it issues."""
+
+    NONE = 0
+    LOAD = 1
+    COMPUTE = 2
+    STORE = 4
+    ALL = 7
+
+
+class Mem(enum.IntEnum):
+    """On-chip memory a LOAD writes."""
+
+    ACT = 0
+    WGT = 1
+    PARAM = 2
+
+
+class VecOp(enum.IntEnum):
+    MAX = 0
+    ADD = 1
+
+
+class Unit(enum.IntEnum):
+    DECODER = 0
+    LOAD = 1
+    COMPUTE = 2
+    STORE = 3
+
+
+UNIT_OF = {Op.NOP: Unit.DECODER, Op.FINISH: Unit.DECODER, Op.LOAD: Unit.LOAD, Op.STORE: Unit.STORE,
+           Op.GEMM: Unit.COMPUTE, Op.PPU: Unit.COMPUTE, Op.VEC: Unit.COMPUTE, Op.FILL: Unit.COMPUTE}
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    width: int
+    signed: bool = False
+    doc: str = ""
+
+    @property
+    def lo_val(self) -> int:
+        return -(1 << (self.width - 1)) if self.signed else 0
+
+    @property
+    def hi_val(self) -> int:
+        return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
+
+
+def F(name, width, doc="", signed=False) -> Field:
+    return Field(name, width, signed, doc)
+
+
+#: Field layout of every opcode, from bit 8 upward.
+FORMATS: dict[Op, tuple[Field, ...]] = {
+    Op.NOP: (),
+    Op.FINISH: (),
+    Op.LOAD: (
+        F("mem", 2, "destination memory (Mem: ACT, WGT, PARAM)"),
+        F("dram", 28, "external beat address of row 0"),
+        F("sram", 18, "destination address of row 0 (ACT line / WGT row / PARAM beat)"),
+        F("rows", 14, "number of rows"),
+        F("row_beats", 14, "beats per row (= lines / weight rows / param beats)"),
+        F("dram_stride", 24, "beats between external rows"),
+        F("sram_stride", 16, "destination units between rows"),
+    ),
+    Op.STORE: (
+        F("dram", 28, "external beat address of row 0"),
+        F("sram", 18, "ACT line of row 0"),
+        F("rows", 14, "number of rows"),
+        F("row_beats", 14, "lines (= beats) per row"),
+        F("dram_stride", 24, "beats between external rows"),
+        F("sram_stride", 16, "ACT lines between rows"),
+    ),
+    Op.GEMM: (
+        F("wblk", 12, "weight block (bank * wgt_bank_blocks + index)"),
+        F("act", 16, "ACT line of the first input"),
+        F("acc", 16, "ACC line of the first output"),
+        F("n_outer", 12, "outer loop count"),
+        F("n_inner", 12, "inner loop count"),
+        F("act_so", 16, "ACT stride of the outer loop", signed=True),
+        F("act_si", 8, "ACT stride of the inner loop", signed=True),
+        F("acc_so", 14, "ACC stride of the outer loop"),
+        F("acc_si", 4, "ACC stride of the inner loop"),
+        F("reset", 1, "1: acc = W@x (start a sum); 0: acc += W@x"),
+    ),
+    Op.PPU: (
+        F("acc", 16, "ACC line of the first input"),
+        F("out", 16, "ACT line of the first output"),
+        F("n_outer", 12, "outer loop count"),
+        F("n_inner", 12, "inner loop count"),
+        F("acc_so", 14, "ACC stride of the outer loop"),
+        F("acc_si", 4, "ACC stride of the inner loop"),
+        F("out_so", 16, "ACT stride of the outer loop", signed=True),
+        F("out_si", 8, "ACT stride of the inner loop", signed=True),
+        F("param", 10, "PARAM entry (bias, mult, shift per lane; z_out, lo, hi)"),
+    ),
+    Op.VEC: (
+        F("op", 2, "VecOp: MAX or ADD"),
+        F("a", 16, "ACT line of the first a operand"),
+        F("b", 16, "ACT line of the first b operand"),
+        F("out", 16, "ACT line of the first output"),
+        F("n_outer", 12, "outer loop count"),
+        F("n_inner", 12, "inner loop count"),
+        F("in_so", 12, "ACT stride of the outer loop for a and b", signed=True),
+        F("in_si", 6, "ACT stride of the inner loop for a and b", signed=True),
+        F("out_so", 12, "ACT stride of the outer loop for out", signed=True),
+        F("out_si", 6, "ACT stride of the inner loop for out", signed=True),
+        F("param", 10, "PARAM entry (ADD only)"),
+    ),
+    Op.FILL: (
+        F("addr", 16, "first ACT line"),
+        F("count", 16, "number of lines"),
+        F("value", 8, "byte written to every lane (int8 as two's complement)"),
+    ),
+}
+
+
+def _offsets() -> dict[Op, dict[str, tuple[int, Field]]]:
+    out = {}
+    for op, fields in FORMATS.items():
+        pos = HEADER_BITS
+        table = {}
+        for f in fields:
+            table[f.name] = (pos, f)
+            pos += f.width
+        if pos > INSN_BITS:
+            raise AssertionError(f"{op.name}: fields need {pos} bits, more than {INSN_BITS}")
+        out[op] = table
+    return out
+
+
+#: op -> field name -> (lsb position, Field)
+LAYOUT = _offsets()
+
+
+@dataclass(frozen=True)
+class Insn:
+    """A decoded instruction: opcode, wait mask and field values (signed where declared)."""
+
+    op: Op
+    wait: Wait = Wait.NONE
+    fields: tuple[tuple[str, int], ...] = ()
+
+    def __getattr__(self, name):
+        for k, v in self.fields:
+            if k == name:
+                return v
+        raise AttributeError(name)
+
+    def get(self, name: str) -> int:
+        return dict(self.fields)[name]
+
+    def __str__(self) -> str:
+        w = "" if not self.wait else " wait=" + "|".join(u.name for u in Wait if u and u in self.wait
+                                                           and u != Wait.ALL)
+        args = " ".join(f"{k}={v}" for k, v in self.fields)
+        return f"{self.op.name}{w}{' ' + args if args else ''}"
+
+
+def make(op: Op, wait: Wait = Wait.NONE, **values: int) -> Insn:
+    """Build an instruction, checking every field is present and fits its width."""
+    layout = LAYOUT[op]
+    missing = [k for k in layout if k not in values]
+    extra = [k for k in values if k not in layout]
+    if missing or extra:
+        raise ValueError(f"{op.name}: missing fields {missing}, unknown fields {extra}")
+    for k, v in values.items():
+        f = layout[k][1]
+        if not f.lo_val <= int(v) <= f.hi_val:
+            raise ValueError(f"{op.name}.{k} = {v} does not fit {f.width} "
+                             f"{'signed ' if f.signed else ''}bits [{f.lo_val}, {f.hi_val}]")
+    return Insn(op, Wait(wait), tuple((k, int(values[k])) for k in layout))
+
+
+def encode(insn: Insn) -> int:
+    word = int(insn.op) | (int(insn.wait) << 4)
+    for name, (pos, f) in LAYOUT[insn.op].items():
+        v = insn.get(name)
+        word |= (v & ((1 << f.width) - 1)) << pos
+    return word
+
+
+def decode(word: int) -> Insn:
+    """Decode a 128-bit word; raises ValueError for an unknown opcode."""
+    code = word & 0xF
+    try:
+        op = Op(code)
+    except ValueError:
+        raise ValueError(f"illegal opcode {code}") from None
+    values = {}
+    for name, (pos, f) in LAYOUT[op].items():
+        v = (word >> pos) & ((1 << f.width) - 1)
+        if f.signed and v >> (f.width - 1):
+            v -= 1 << f.width
+        values[name] = v
+    return Insn(op, Wait((word >> 4) & 7), tuple(values.items()))
+
+
+def to_bytes(program: list[Insn]) -> bytes:
+    return b"".join(encode(i).to_bytes(INSN_BYTES, "little") for i in program)
+
+
+def from_bytes(data: bytes) -> list[Insn]:
+    if len(data) % INSN_BYTES:
+        raise ValueError(f"program length {len(data)} is not a multiple of {INSN_BYTES}")
+    return [decode(int.from_bytes(data[i:i + INSN_BYTES], "little")) for i in range(0, len(data), INSN_BYTES)]
+
+
+# ---- PARAM entries ---------------------------------------------------------------------------
+def param_entry_bytes(n: int) -> int:
+    """Bytes of one PARAM entry before padding: bias[n] i32, mult[n] i32, shift[n] u8, z/lo/hi."""
+    return 4 * n + 4 * n + n + 3
+
+
+def param_entry_beats(n: int, beat_bytes: int) -> int:
+    return -(-param_entry_bytes(n) // beat_bytes)
+
+
+def pack_param_entry(bias, mult, shift, z_out: int, lo: int, hi: int, n: int, beat_bytes: int) -> bytes:
+    """The bytes of one PARAM entry (padded to whole beats), layout as docs/tile.md."""
+    import numpy as np
+
+    bias = np.asarray(bias, np.int32)
+    mult = np.asarray(mult, np.int32)
+    shift = np.asarray(shift, np.uint8)
+    if not (bias.shape == mult.shape == shift.shape == (n,)):
+        raise ValueError(f"param entry arrays must have shape ({n},)")
+    raw = (bias.astype("<i4").tobytes() + mult.astype("<i4").tobytes() + shift.tobytes()
+           + np.array([z_out, lo, hi], np.int8).tobytes())
+    return raw + b"\0" * (param_entry_beats(n, beat_bytes) * beat_bytes - len(raw))
+
+
+def unpack_param_entry(data: bytes, n: int) -> dict:
+    import numpy as np
+
+    bias = np.frombuffer(data, "<i4", n, 0).astype(np.int32)
+    mult = np.frombuffer(data, "<i4", n, 4 * n).astype(np.int32)
+    shift = np.frombuffer(data, np.uint8, n, 8 * n).astype(np.int32)
+    z_out, lo, hi = (int(v) for v in np.frombuffer(data, np.int8, 3, 9 * n))
+    return {"bias": bias, "mult": mult, "shift": shift, "z_out": z_out, "lo": lo, "hi": hi}

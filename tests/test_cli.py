@@ -1,0 +1,178 @@
+"""The CLI contract: commands, exit codes, and one clear message for each kind of bad input."""
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+from onnx_helpers import F32, model, ort_run, tiny_cnn
+
+from hwc.cli import main
+
+
+@pytest.fixture
+def cnn_path(tmp_path):
+    p = tmp_path / "cnn.onnx"
+    onnx.save(tiny_cnn(), p)
+    return p
+
+
+@pytest.fixture
+def built(tmp_path, cnn_path):
+    out = tmp_path / "out"
+    assert main(["build", str(cnn_path), "--target", "ref", "-o", str(out), "--input-shape", "x=1x3x8x8"]) == 0
+    return out
+
+
+def run_cli(capsys, *argv):
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_build_and_run_match_onnxruntime_with_samples_axis(tmp_path, built, capsys):
+    x = np.random.default_rng(0).standard_normal((4, 1, 3, 8, 8)).astype(np.float32)  # 4 samples
+    np.savez(tmp_path / "x.npz", x=x)
+    rc, out, _ = run_cli(capsys, "run", built, "--input", tmp_path / "x.npz", "-o", tmp_path / "y.npz")
+    assert rc == 0, out
+    y = np.load(tmp_path / "y.npz")["y"]
+    assert y.shape == (4, 1, 10)
+    m = tiny_cnn(batch=1)
+    for i in range(4):
+        np.testing.assert_allclose(y[i], ort_run(m, {"x": x[i]})["y"], rtol=1e-4, atol=1e-5)
+    np.save(tmp_path / "x1.npy", x[0])  # a single-input model also takes a .npy
+    rc, _, _ = run_cli(capsys, "run", built, "--input", tmp_path / "x1.npy", "-o", tmp_path / "y1.npz")
+    assert rc == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y1.npz")["y"], y[0])
+
+
+def test_build_is_deterministic(tmp_path, cnn_path):
+    for d in ("a", "b"):
+        assert main(["build", str(cnn_path), "-o", str(tmp_path / d), "--input-shape", "x=1x3x8x8"]) == 0
+    for f in ("graph.json", "graph.bin", "model.json", "report.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+def test_entry_point_exit_code(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "hwc.cli", "check", str(tmp_path / "none.onnx")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---- bad model files ---------------------------------------------------------------------
+def test_missing_file(tmp_path, capsys):
+    rc, _, err = run_cli(capsys, "build", tmp_path / "nope.onnx", "-o", tmp_path / "o")
+    assert rc == 2
+    assert "Cannot read model" in err and "no such file. Check the path" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_truncated_file(tmp_path, cnn_path, capsys):
+    data = cnn_path.read_bytes()
+    bad = tmp_path / "trunc.onnx"
+    bad.write_bytes(data[: len(data) // 2])
+    rc, _, err = run_cli(capsys, "check", bad)
+    assert rc == 2
+    assert "it is not a valid ONNX file (protobuf decoding failed" in err
+    assert "may be truncated or corrupt" in err
+
+
+def test_corrupt_file(tmp_path, capsys):
+    bad = tmp_path / "garbage.onnx"
+    bad.write_bytes(bytes(np.random.default_rng(3).integers(0, 256, 4096, dtype=np.uint8)))
+    rc, _, err = run_cli(capsys, "check", bad)
+    assert rc == 2
+    assert "not a valid ONNX file" in err or "is not an ONNX model" in err
+
+
+def test_not_onnx(tmp_path, capsys):
+    for name, data in (("notes.onnx", b"\n\x05hello"), ("empty.onnx", b"")):
+        p = tmp_path / name
+        p.write_bytes(data)
+        rc, _, err = run_cli(capsys, "check", p)
+        assert rc == 2
+        assert ("the file decodes but is not an ONNX model" in err) or ("the file is empty" in err)
+
+
+def test_checker_failure(tmp_path, capsys):
+    m = tiny_cnn()
+    m.graph.node[1].input[0] = "undefined_tensor"  # dangling edge: onnx.checker rejects it
+    p = tmp_path / "bad.onnx"
+    onnx.save(m, p)
+    rc, _, err = run_cli(capsys, "build", p, "-o", tmp_path / "o")
+    assert rc == 2
+    assert "fails onnx.checker" in err and "undefined_tensor" in err
+
+
+def test_unsupported_ops_listed(tmp_path, capsys):
+    m = model(
+        [helper.make_node("Erf", ["x"], ["a"], name="erf_1"),
+         helper.make_node("Relu", ["a"], ["b"], name="relu_1"),
+         helper.make_node("TopK", ["b", "k"], ["c", "i"], name="topk_1")],
+        [("x", F32, [1, 4])], [("c", F32, [1, 2])], {"k": np.array([2], np.int64)}, opset=17)
+    p = tmp_path / "unsup.onnx"
+    onnx.save(m, p)
+    rc, _, err = run_cli(capsys, "build", p, "-o", tmp_path / "o")
+    assert rc == 2
+    assert "2 node(s) hwc does not support" in err
+    assert "Erf, node 'erf_1', opset 17" in err and "TopK, node 'topk_1', opset 17" in err
+    rc, out, err = run_cli(capsys, "check", p)
+    assert rc == 2
+    assert "Erf" in out and "TopK" in out and "no converter" in out
+    assert "2 of 3 nodes are not supported" in err
+
+
+def test_unsupported_attribute_names_node(tmp_path, capsys):
+    m = model([helper.make_node("Conv", ["x", "W"], ["y"], name="c1", auto_pad="BOGUS")],
+              [("x", F32, [1, 1, 4, 4])], [("y", F32, [1, 1, 4, 4])], {"W": np.ones((1, 1, 1, 1), np.float32)})
+    p = tmp_path / "attr.onnx"
+    onnx.save(m, p)
+    rc, _, err = run_cli(capsys, "build", p, "-o", tmp_path / "o")
+    assert rc == 2
+    assert "[Operator-'Conv', opset 17, node 'c1']: auto_pad 'BOGUS' is not supported" in err
+
+
+def test_unbound_symbolic_dim(tmp_path, cnn_path, capsys):
+    rc, _, err = run_cli(capsys, "build", cnn_path, "-o", tmp_path / "o")
+    assert rc == 2
+    assert "input 'x' has a symbolic dimension 'N' at axis 0" in err
+    assert "--input-shape x=1x3x8x8" in err
+
+
+def test_bad_input_shape_flag(tmp_path, cnn_path, capsys):
+    rc, _, err = run_cli(capsys, "build", cnn_path, "-o", tmp_path / "o", "--input-shape", "x=1x3xbig")
+    assert rc == 2 and "is not of the form NAME=D1xD2" in err
+    rc, _, err = run_cli(capsys, "build", cnn_path, "-o", tmp_path / "o", "--input-shape", "z=1x3x8x8")
+    assert rc == 2 and "the model's inputs are ['x']" in err
+
+
+# ---- bad run-time inputs --------------------------------------------------------------------
+@pytest.mark.parametrize("feeds, message", [
+    ({"z": np.zeros((1, 3, 8, 8), np.float32)}, "has no array for input(s) ['x'] (it holds ['z'])"),
+    ({"x": np.zeros((1, 3, 9, 8), np.float32)}, "Input 'x' has shape 1x3x9x8, but the model takes 1x3x8x8"),
+    ({"x": np.zeros((1, 3, 8, 8), np.float64)}, "Input 'x' has dtype float64, but the model takes float32"),
+])
+def test_run_rejects_bad_inputs(tmp_path, built, capsys, feeds, message):
+    np.savez(tmp_path / "bad.npz", **feeds)
+    rc, _, err = run_cli(capsys, "run", built, "--input", tmp_path / "bad.npz")
+    assert rc == 2
+    assert message in err
+
+
+def test_run_rejects_unknown_input_name_in_api(built):
+    import hwc
+    from hwc.errors import InputError
+
+    art = hwc.load(built)
+    with pytest.raises(InputError, match=r"Unknown input name\(s\) \['xx'\]"):
+        art.run({"x": np.zeros((1, 3, 8, 8), np.float32), "xx": np.zeros(1)})
+
+
+def test_run_missing_input_file_and_bad_folder(tmp_path, built, capsys):
+    rc, _, err = run_cli(capsys, "run", built, "--input", tmp_path / "none.npz")
+    assert rc == 2 and "does not exist" in err
+    rc, _, err = run_cli(capsys, "run", tmp_path, "--input", tmp_path / "none.npz")
+    assert rc == 2 and "is not an hwc build folder" in err
