@@ -407,3 +407,91 @@ def _check_qparams(op, t, a):
 def _dequantize(t, a):
     _check_qparams("DequantizeLinear", t, a)
     return [TensorType("float32", t[0].shape)]
+
+
+# ---- quantized (int8) ops -------------------------------------------------------------
+# The int8 graph uses these ops plus the data-movement ops above on int8 tensors
+# (Reshape, Transpose, Slice, Split, Concat of equal scales, MaxPool, Identity).
+# Integer semantics are hwc/quant/arith.py; the int8 reference is hwc/ref/int8.py.
+# Requantization parameters are constant inputs: mult (int32) and shift (int32), one per
+# output channel (or one value for the whole tensor). Every int8 value carries its
+# QuantParams (scale, zero point) in Value.quant for reports and dequantization.
+_QOUT = {"z_out": ("int", 0), "lo": ("int", -128), "hi": ("int", 127)}
+
+
+def _int8_out(x: TensorType, shape) -> TensorType:
+    return TensorType("int8", tuple(shape))
+
+
+@_op("QConv", (5, 5), {"strides": ("ints", REQUIRED), "pads": ("ints", REQUIRED),
+                       "dilations": ("ints", REQUIRED), "group": ("int", 1), "z_in": ("int", 0), **_QOUT},
+     "inputs x:int8, w:int8, bias:int32[M], mult:int32[M], shift:int32[M]. "
+     "acc = conv(x - z_in, w) + bias (padding contributes 0), y = requantize(acc, mult, shift, z_out, lo, hi).")
+def _qconv(t, a):
+    x, w = t[0], t[1]
+    if x.dtype != "int8" or w.dtype != "int8":
+        raise ValueError("QConv: x and w must be int8")
+    f = _conv([x, w], {**a, "act": "", "act_args": []})[0]
+    return [_int8_out(x, f.shape)]
+
+
+@_op("QGemm", (5, 5), {"z_in": ("int", 0), **_QOUT},
+     "inputs a:int8[M,K], b:int8[N,K] (weights, transposed), bias:int32[N], mult:int32[N], shift:int32[N]. "
+     "acc = (a - z_in) @ b.T + bias, y = requantize(acc, ...).")
+def _qgemm(t, a):
+    A, B = t[0], t[1]
+    if A.rank != 2 or B.rank != 2 or A.shape[1] != B.shape[1]:
+        raise ValueError(f"QGemm: shapes {A.shape} x {B.shape}^T do not match")
+    return [_int8_out(A, (A.shape[0], B.shape[0]))]
+
+
+@_op("QAdd", (2, 2), {"z_a": ("int", 0), "z_b": ("int", 0), "mult_a": ("int", REQUIRED),
+                      "mult_b": ("int", REQUIRED), "shift": ("int", REQUIRED), **_QOUT},
+     "y = add_requantize(a, b, ...) (arith.add_requantize); a and b have the same shape.")
+def _qadd(t, a):
+    if t[0].shape != t[1].shape:
+        raise ValueError(f"QAdd: shapes {t[0].shape} and {t[1].shape} differ")
+    return [t[0]]
+
+
+@_op("QAvgPool", (3, 3), {**_POOL, "count_include_pad": ("int", 1), "z_in": ("int", 0), **_QOUT},
+     "inputs x:int8, mult:int32[1], shift:int32[1]. acc = sum over the window of (x - z_in) "
+     "(padding contributes 0), y = requantize(acc, mult, shift, ...): mult/shift fold 1/window.")
+def _qavgpool(t, a):
+    return _maxpool([t[0]], a)
+
+
+@_op("QGlobalAvgPool", (3, 3), {"z_in": ("int", 0), **_QOUT},
+     "inputs x:int8, mult, shift. acc = sum over H*W of (x - z_in), y = requantize(acc, ...).")
+def _qgap(t, a):
+    return _gap([t[0]], a)
+
+
+@_op("QRequant", (3, 3), {"z_in": ("int", 0), **_QOUT},
+     "inputs x:int8, mult:int32[1|C], shift:int32[1|C] (per axis 1). y = requantize(x - z_in, ...): "
+     "a change of scale (Concat inputs, scale-changing Identity).")
+def _qrequant(t, a):
+    return [_int8_out(t[0], t[0].shape)]
+
+
+@_op("QLut", (2, 2), {}, "inputs x:int8, table:int8[256]. y = table[x + 128] (Sigmoid, Tanh, HardSwish...).")
+def _qlut(t, a):
+    if t[1].shape != (256,):
+        raise ValueError("QLut: table must have 256 entries")
+    return [t[0]]
+
+
+@_op("Quantize", (1, 1), {"scale": ("float", REQUIRED), "zero_point": ("int", 0)},
+     "float -> int8: arith.quantize (round half to even, saturate).")
+def _quantize_op(t, a):
+    return [TensorType("int8", t[0].shape)]
+
+
+@_op("Dequantize", (1, 1), {"scale": ("float", REQUIRED), "zero_point": ("int", 0)},
+     "int8 -> float32: scale * (q - zero_point).")
+def _dequantize_op(t, a):
+    return [TensorType("float32", t[0].shape)]
+
+
+QUANT_OPS = frozenset({"QConv", "QGemm", "QAdd", "QAvgPool", "QGlobalAvgPool", "QRequant", "QLut",
+                       "Quantize", "Dequantize"})
