@@ -2,10 +2,10 @@
 
 The data are the 1,797 real 8x8 digits that ship with scikit-learn (no download): the
 first 1,400 train, the other 397 test; pixels are scaled by 1/16 to [0, 1]. Training is
-pure numpy (im2col convolution, batch norm, max pooling, Adam, cross-entropy), seeded and
-deterministic, and takes a few seconds:
+pure numpy (im2col convolution, batch norm, max pooling, Adam, cross-entropy, random
+one-pixel shifts of the training images), seeded and deterministic, and takes about 8 s:
 
-  MLP  input [1, 64]: Gemm 32 + ReLU, Gemm 10
+  MLP  input [1, 64]: Gemm 128 + ReLU, Gemm 10
   CNN  input [1, 1, 8, 8]: Conv 3x3 pad 1 (8) + BN + ReLU + MaxPool 2,
        Conv 3x3 pad 1 (16) + BN + ReLU + MaxPool 2, Flatten, Gemm 10
 
@@ -38,6 +38,10 @@ SEED = 0
 BN_EPS = 1e-5
 BN_MOMENTUM = 0.9  # running = momentum * running + (1 - momentum) * batch
 OPSET = 17
+#: The MLP's hidden width: 32 reaches only about 92% on these test writers, 128 about 94%.
+MLP_HIDDEN = 128
+#: The accuracies below which the script fails (the tests hold the checked-in files to them).
+TARGETS = {"mlp": 0.93, "cnn": 0.95}
 
 
 # ---- data ------------------------------------------------------------------------------
@@ -145,8 +149,8 @@ def he(rng, shape, fan_in):
 
 
 def mlp_init(rng):
-    return {"w1": he(rng, (32, 64), 64), "b1": np.zeros(32, np.float32),
-            "w2": he(rng, (10, 32), 32), "b2": np.zeros(10, np.float32)}
+    return {"w1": he(rng, (MLP_HIDDEN, 64), 64), "b1": np.zeros(MLP_HIDDEN, np.float32),
+            "w2": he(rng, (10, MLP_HIDDEN), MLP_HIDDEN), "b2": np.zeros(10, np.float32)}
 
 
 def mlp_forward(p, x, train=False):
@@ -223,8 +227,20 @@ class Adam:
             self.p[k] = (self.p[k] - lr * mh / (np.sqrt(vh) + self.eps)).astype(np.float32)
 
 
-def train(forward, params, names, x, y, *, epochs, batch, lr, weight_decay, seed):
-    """Minibatch Adam with a cosine learning-rate decay; returns the trained params."""
+def random_shift(rng, x: np.ndarray, m: int = 1) -> np.ndarray:
+    """Move each image [N, C, H, W] by up to m pixels in each direction (zero fill)."""
+    n, _, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (m, m), (m, m)))
+    rows = m + rng.integers(-m, m + 1, n)[:, None] + np.arange(h)
+    cols = m + rng.integers(-m, m + 1, n)[:, None] + np.arange(w)
+    return xp[np.arange(n)[:, None, None], :, rows[:, :, None], cols[:, None, :]].transpose(
+        0, 3, 1, 2)
+
+
+def train(forward, params, names, x, y, *, prep, epochs, batch, lr, weight_decay, seed):
+    """Minibatch Adam with a cosine learning-rate decay, on images x [N, 1, 8, 8] shifted
+    at random by up to one pixel (the test digits are by other writers; the shifts buy
+    about 2 points of test accuracy). `prep` maps images to the model's input."""
     rng = np.random.default_rng(seed)
     opt = Adam(params, names, lr, weight_decay)
     steps, step = epochs * -(-len(x) // batch), 0
@@ -232,7 +248,7 @@ def train(forward, params, names, x, y, *, epochs, batch, lr, weight_decay, seed
         order = rng.permutation(len(x))
         for s in range(0, len(x), batch):
             i = order[s:s + batch]
-            logits, backward = forward(params, x[i], train=True)
+            logits, backward = forward(params, prep(random_shift(rng, x[i])), train=True)
             _, dl = softmax_cross_entropy(logits, y[i])
             opt.step(backward(dl), lr * 0.5 * (1 + np.cos(np.pi * step / steps)))
             step += 1
@@ -314,11 +330,12 @@ def main(argv=None):
 
     t0 = time.perf_counter()
     mlp = train(mlp_forward, mlp_init(np.random.default_rng(SEED)), ("w1", "b1", "w2", "b2"),
-                flat(x_train), y_train, epochs=60, batch=32, lr=1e-2, weight_decay=1e-4,
+                x_train, y_train, prep=flat, epochs=150, batch=32, lr=1e-2, weight_decay=1e-4,
                 seed=SEED + 1)
     t1 = time.perf_counter()
     cnn = train(cnn_forward, cnn_init(np.random.default_rng(SEED)), CNN_TRAINED,
-                x_train, y_train, epochs=30, batch=32, lr=1e-2, weight_decay=1e-4, seed=SEED + 1)
+                x_train, y_train, prep=lambda x: x, epochs=40, batch=32, lr=1e-2,
+                weight_decay=1e-4, seed=SEED + 1)
     t2 = time.perf_counter()
 
     results = {}
@@ -335,11 +352,13 @@ def main(argv=None):
         results[name] = acc
         print(f"digits {name.upper()}: float test accuracy {acc:.4f} "
               f"({int(round(acc * len(y_test)))}/{len(y_test)}), trained in {secs:.1f} s")
+        if acc < TARGETS[name]:
+            raise SystemExit(f"{name}: test accuracy {acc:.4f} is below {TARGETS[name]}")
 
-    np.savez(args.out / "digits_calib.npz", input=x_train[calib][:, None])
-    np.savez(args.out / "digits_calib_mlp.npz", input=flat(x_train[calib])[:, None])
-    np.savez(args.out / "digits_test.npz", input=x_test[:, None], labels=y_test)
-    np.savez(args.out / "digits_test_mlp.npz", input=flat(x_test)[:, None], labels=y_test)
+    np.savez_compressed(args.out / "digits_calib.npz", input=x_train[calib][:, None])
+    np.savez_compressed(args.out / "digits_calib_mlp.npz", input=flat(x_train[calib])[:, None])
+    np.savez_compressed(args.out / "digits_test.npz", input=x_test[:, None], labels=y_test)
+    np.savez_compressed(args.out / "digits_test_mlp.npz", input=flat(x_test)[:, None], labels=y_test)
     print(f"wrote digits_{{mlp,cnn}}.onnx, digits_calib{{,_mlp}}.npz, digits_test{{,_mlp}}.npz "
           f"to {args.out}")
     return results

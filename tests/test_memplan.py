@@ -7,8 +7,16 @@ from hypothesis import strategies as st
 
 from hwc.frontend import import_onnx
 from hwc.lower.lir import lower
-from hwc.lower.memplan import (Interval, check_plan, lower_bound, naive_total, peak, plan_best,
-                               plan_greedy_by_size, plan_program)
+from hwc.lower.memplan import (
+    Interval,
+    check_plan,
+    lower_bound,
+    naive_total,
+    peak,
+    plan_best,
+    plan_greedy_by_size,
+    plan_program,
+)
 from hwc.ref.interp import run_graph
 from hwc.zoo import MODELS, random_inputs
 
