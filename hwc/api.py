@@ -22,15 +22,45 @@ def build(
     calib=None,
     int8: bool = False,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
+    quant_config=None,
+    *,
+    passes: dict | None = None,
 ) -> Artifact:
-    """Compile `model` (a path or ModelProto) for `target` (a bundled name or a YAML path)."""
+    """Compile `model` (a path or ModelProto) for `target` (a bundled name or a YAML path).
+
+    int8 (implied by `calib` or `quant_config`): quantize, calibrating on `calib` (an
+    .npz path or a dict {input: [N, *shape]}) with the knobs of `quant_config` (a path,
+    dict or hwc.quant.config.QuantConfig, e.g. written by `hwc quant-search`). A QDQ
+    model is imported with its own scales and needs no calibration data.
+    `passes`: options of the graph optimizer (hwc.passes.optimize: dump_after,
+    stop_after, prune).
+    """
     tgt = load_target(target)
     graph = import_onnx(model if isinstance(model, onnx.ModelProto) else Path(model), input_shapes)
-    if int8 or calib is not None:
-        raise UnsupportedError("int8 builds need the quantizer, which this version of hwc does not "
-                               "have yet; build without --int8/--calib for the float reference.")
     if tgt["kind"] != "ref":
         raise UnsupportedError(f"Target kind {tgt['kind']!r} ({tgt['name']}) has no backend in this "
                                f"version of hwc yet; use --target ref.")
-    report = {"target": tgt["name"], **summary(graph)}
+    if int8 or calib is not None or quant_config is not None:
+        import sys
+
+        from hwc.quant.build import quant_report, quantize_model
+        from hwc.quant.search import cost_of
+
+        graph = quantize_model(graph, tgt, calib, quant_config, progress=sys.stderr.isatty())
+        report = {"target": tgt["name"], **summary(graph), "quant": quant_report(graph)}
+        report["macs"] = cost_of(graph, tgt["kind"])[0]
+        return RefArtifact(tgt, graph, report, {"int8": True, "quant_mode": report["quant"]["mode"]})
+    from hwc.passes import optimize
+
+    graph, stats = optimize(graph, tgt, **(passes or {}))
+    report = {"target": tgt["name"], **summary(graph), "passes": without_timings(stats.to_dict())}
     return RefArtifact(tgt, graph, report, {"int8": False})
+
+
+def without_timings(doc):
+    """A report without wall-clock fields, so that builds stay byte-identical."""
+    if isinstance(doc, dict):
+        return {k: without_timings(v) for k, v in doc.items() if k not in ("seconds", "time_ms")}
+    if isinstance(doc, list):
+        return [without_timings(v) for v in doc]
+    return doc

@@ -16,6 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from hwc.errors import HwcError, InputError, UserError
+from hwc.passes.cli import add_parser as add_opt_parser
+from hwc.passes.cli import add_pass_options, pass_options
+from hwc.quant import cli as qcli
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -107,7 +110,8 @@ def cmd_build(args) -> int:
     t0 = time.perf_counter()
     with out.status(f"building {args.model} for {args.target} ..."):
         art = hwc.build(args.model, target=args.target, calib=args.calib, int8=args.int8,
-                        input_shapes=input_shapes(args))
+                        input_shapes=input_shapes(args), quant_config=args.quant_config,
+                        passes=pass_options(args))
         dest = art.save(args.output)
     rep = art.report
     out.print(f"built {args.model} for [bold]{art.target['name']}[/bold] -> {dest}/ "
@@ -169,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--int8", action="store_true", help="quantize to int8")
     q.add_argument("--float", dest="int8", action="store_false", help="keep float32 (default)")
     shapes(b)
+    add_pass_options(b)
+    qcli.add_build_options(b)
     b.set_defaults(fn=cmd_build)
 
     r = sub.add_parser("run", help="run a built model on inputs")
@@ -177,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", help="write outputs to this .npz")
     r.add_argument("--engine", default="auto", help="auto, reference, model or rtl")
     r.set_defaults(fn=cmd_run)
+
+    add_opt_parser(sub)
+    qcli.add_parser(sub)
     return p
 
 

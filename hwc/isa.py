@@ -17,6 +17,8 @@ from dataclasses import dataclass
 INSN_BITS = 128
 INSN_BYTES = INSN_BITS // 8
 HEADER_BITS = 8
+OPCODE_LSB, OPCODE_BITS = 0, 4  # bits [3:0]
+WAIT_LSB, WAIT_BITS = 4, 3      # bits [6:4]: LOAD, COMPUTE, STORE idle
 
 
 class Op(enum.IntEnum):
@@ -51,6 +53,18 @@ class Mem(enum.IntEnum):
 class VecOp(enum.IntEnum):
     MAX = 0
     ADD = 1
+
+
+class ErrorCode(enum.IntEnum):
+    """`status.error_code` of a halted tile (docs/tile.md, "Errors"); checked at issue, in this priority."""
+
+    NONE = 0
+    ILLEGAL_OPCODE = 1  # the opcode is not an Op
+    BAD_FIELD = 2       # a count is 0, LOAD.mem is not a Mem, or VEC.op is not a VecOp
+    OUT_OF_RANGE = 3    # an address leaves its memory (ACT/ACC/WGT/PARAM, or the 2**28-beat external space)
+
+
+ERROR_CODE_BITS = 2
 
 
 class Unit(enum.IntEnum):
@@ -191,7 +205,7 @@ class Insn:
         return f"{self.op.name}{w}{' ' + args if args else ''}"
 
 
-def make(op: Op, wait: Wait = Wait.NONE, **values: int) -> Insn:
+def make(op: Op, wait: Wait = Wait.NONE, /, **values: int) -> Insn:
     """Build an instruction, checking every field is present and fits its width."""
     layout = LAYOUT[op]
     missing = [k for k in layout if k not in values]
@@ -207,7 +221,7 @@ def make(op: Op, wait: Wait = Wait.NONE, **values: int) -> Insn:
 
 
 def encode(insn: Insn) -> int:
-    word = int(insn.op) | (int(insn.wait) << 4)
+    word = (int(insn.op) << OPCODE_LSB) | (int(insn.wait) << WAIT_LSB)
     for name, (pos, f) in LAYOUT[insn.op].items():
         v = insn.get(name)
         word |= (v & ((1 << f.width) - 1)) << pos
@@ -216,7 +230,7 @@ def encode(insn: Insn) -> int:
 
 def decode(word: int) -> Insn:
     """Decode a 128-bit word; raises ValueError for an unknown opcode."""
-    code = word & 0xF
+    code = (word >> OPCODE_LSB) & ((1 << OPCODE_BITS) - 1)
     try:
         op = Op(code)
     except ValueError:
@@ -227,7 +241,7 @@ def decode(word: int) -> Insn:
         if f.signed and v >> (f.width - 1):
             v -= 1 << f.width
         values[name] = v
-    return Insn(op, Wait((word >> 4) & 7), tuple(values.items()))
+    return Insn(op, Wait((word >> WAIT_LSB) & ((1 << WAIT_BITS) - 1)), tuple(values.items()))
 
 
 def to_bytes(program: list[Insn]) -> bytes:
@@ -272,3 +286,51 @@ def unpack_param_entry(data: bytes, n: int) -> dict:
     shift = np.frombuffer(data, np.uint8, n, 8 * n).astype(np.int32)
     z_out, lo, hi = (int(v) for v in np.frombuffer(data, np.int8, 3, 9 * n))
     return {"bias": bias, "mult": mult, "shift": shift, "z_out": z_out, "lo": lo, "hi": hi}
+
+
+# ---- timing (docs/tile.md section 4) ---------------------------------------------------------
+#: Register stages between an instruction's imem data and its FIFO write (error checks; hw/fetch.py).
+PREDECODE_STAGES = 3
+#: Register stages of the PPU/VEC lane pipeline (hw/post.py).
+POST_PIPE_STAGES = 9
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The tile's timing constants for one target: the only definition (the RTL asserts its
+    pipeline depths against them at elaboration; the Python model computes with them).
+
+    Per instruction, with `P = n_outer * n_inner` and `total = rows * row_beats`:
+      fetch    instruction k may issue from request(k) + FETCH_LATENCY
+      LOAD     busy LOAD_OVERHEAD + Lm + total
+      STORE    busy STORE_OVERHEAD + total
+      GEMM     stream_start = max(issue + N + GEMM_SETUP, previous stream_end); stream_end = stream_start + P;
+               idle at stream_end + GEMM_LATENCY
+      PPU      busy PPU_OVERHEAD + P
+      VEC      busy VEC_OVERHEAD + VEC_CYCLES_PER_LINE * P
+      FILL     busy FILL_OVERHEAD + count
+    """
+
+    N: int                   # array size
+    LM: int                  # bus.read_latency
+    FIFO_DEPTH: int          # decoder.fifo_depth
+    PARAM_ENTRY_BEATS: int   # beats of one PARAM entry
+    FETCH_LATENCY: int       # Lm + 1 (data registered) + PREDECODE_STAGES
+    LOAD_OVERHEAD: int       # request register + write register
+    STORE_OVERHEAD: int      # ACT read + FIFO + posted beat
+    GEMM_SETUP: int          # the last shadow row lands one cycle after its WGT read
+    GEMM_LATENCY: int        # x register + products + log2(N) tree levels + ACC read + ACC add = log2 N + 3
+    PPU_OVERHEAD: int        # PARAM_ENTRY_BEATS reads + 1 + prep 1 + ACC read 1 + POST_PIPE_STAGES + 1
+    VEC_OVERHEAD: int        # PARAM_ENTRY_BEATS + 12: as the PPU, minus one (the last write is in the last frame)
+    VEC_CYCLES_PER_LINE: int  # read a, read b, write: the single compute ACT port
+    FILL_OVERHEAD: int
+
+    @classmethod
+    def from_target(cls, target: dict) -> Timing:
+        n = target["array"]["rows"]
+        lm = target["bus"]["read_latency"]
+        peb = param_entry_beats(n, target["bus"]["bytes"])
+        return cls(N=n, LM=lm, FIFO_DEPTH=target["decoder"]["fifo_depth"], PARAM_ENTRY_BEATS=peb,
+                   FETCH_LATENCY=lm + 1 + PREDECODE_STAGES, LOAD_OVERHEAD=2, STORE_OVERHEAD=3, GEMM_SETUP=1,
+                   GEMM_LATENCY=(n.bit_length() - 1) + 3, PPU_OVERHEAD=peb + 4 + POST_PIPE_STAGES,
+                   VEC_OVERHEAD=peb + 3 + POST_PIPE_STAGES, VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=1)

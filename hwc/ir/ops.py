@@ -495,3 +495,76 @@ def _dequantize_op(t, a):
 
 QUANT_OPS = frozenset({"QConv", "QGemm", "QAdd", "QAvgPool", "QGlobalAvgPool", "QRequant", "QLut",
                        "Quantize", "Dequantize"})
+
+
+# ---- fused elementwise (graph optimizer: hwc.passes.elementwise) -----------------------
+# A chain of elementwise ops fused into one node that a backend runs as one loop.
+# `program` is a straight-line program over registers, instructions separated by ';':
+#
+#     OP OPERAND... PARAM...        e.g.  "add %0 %1; mul %3 %2; clip %4 0 6"
+#
+# Registers %0..%(n-1) are the node's inputs; instruction k writes register %(n+k); the
+# result is the last register. OP is an elementwise IR op in lower case (FUSED_EW_OPS);
+# it takes FUSED_EW_ARITY[OP] operands (a register, or a float literal, a scalar) and then
+# the op's float attributes in schema order (clip: min max; leakyrelu: alpha; ...).
+# Every instruction means exactly that IR op (broadcasting included) rounded to float32,
+# so a fused chain gives the same bits as the chain it replaces.
+FUSED_EW_OPS: dict[str, str] = {op.lower(): op for op in (*BINARY_OPS, "Max", "Min", *UNARY_OPS)}
+FUSED_EW_ARITY: dict[str, int] = {k: 1 if v in UNARY_OPS else 2 for k, v in FUSED_EW_OPS.items()}
+
+
+@dataclass(frozen=True)
+class EwInstr:
+    """One instruction: IR op, operands (int = register, float = literal), float params."""
+
+    op: str
+    args: tuple
+    params: tuple[float, ...] = ()
+
+    def __str__(self) -> str:
+        ops = [f"%{a}" if isinstance(a, int) else repr(float(a)) for a in self.args]
+        return " ".join([self.op.lower(), *ops, *(repr(float(p)) for p in self.params)])
+
+
+def format_program(instrs: list[EwInstr]) -> str:
+    return "; ".join(str(i) for i in instrs)
+
+
+def parse_program(text: str, n_inputs: int) -> list[EwInstr]:
+    """Parse and check a FusedElementwise program; raises ValueError saying what is wrong."""
+    out: list[EwInstr] = []
+    for k, part in enumerate(p.strip() for p in text.split(";")):
+        words = part.split()
+        if not words or words[0] not in FUSED_EW_OPS:
+            raise ValueError(f"FusedElementwise: instruction {k} {part!r}: unknown op "
+                             f"(known: {', '.join(sorted(FUSED_EW_OPS))})")
+        op = FUSED_EW_OPS[words[0]]
+        arity, n_params = FUSED_EW_ARITY[words[0]], len(OPS[op].attrs)
+        if len(words) != 1 + arity + n_params:
+            raise ValueError(f"FusedElementwise: instruction {k} {part!r}: {words[0]} takes {arity} "
+                             f"operand(s) and {n_params} parameter(s)")
+        args = tuple(_ew_operand(w, n_inputs + k, part) for w in words[1:1 + arity])
+        out.append(EwInstr(op, args, tuple(float(w) for w in words[1 + arity:])))
+    return out
+
+
+def _ew_operand(word: str, n_regs: int, part: str):
+    if word.startswith("%"):
+        r = int(word[1:])
+        if not 0 <= r < n_regs:
+            raise ValueError(f"FusedElementwise: {part!r} reads register %{r}, only %0..%{n_regs - 1} exist")
+        return r
+    return float(word)
+
+
+@_op("FusedElementwise", (1, -1), {"program": ("str", REQUIRED)},
+     "A fused chain of elementwise ops (float32, broadcasting): see `parse_program`.")
+def _fused_elementwise(t, a):
+    instrs = parse_program(a["program"], len(t))
+    if any(x.dtype != "float32" for x in t):
+        raise ValueError("FusedElementwise: every input must be float32")
+    used = {r for i in instrs for r in i.args if isinstance(r, int)}
+    unused = [k for k in range(len(t)) if k not in used]
+    if unused:
+        raise ValueError(f"FusedElementwise: inputs {unused} are not used by the program")
+    return [_same(t[0], broadcast(*(x.shape for x in t)))]

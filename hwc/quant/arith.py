@@ -40,6 +40,36 @@ step with a shared shift, so there is a single rounding:
     y = clamp(z_y + ((Ma*(a - z_a) + Mb*(b - z_b) + 2**(s-1)) >> s), lo, hi)
 
 with Ma/2**s ~= s_a/s_y and Mb/2**s ~= s_b/s_y, Ma, Mb int32 (`quantize_multiplier_pair`).
+
+Compile-time helpers (what the quantizer uses to *choose* the integers above)
+--------------------------------------------------------------------------
+These run in float at build time; their results are integer constants of the int8 graph,
+so they never need to be reproduced by a backend.
+
+- `choose_qparams(lo, hi)`: the range is first widened to contain 0 (so real 0, the value
+  of padding and of a ReLU's clamp, is exactly a code), then s = (hi - lo) / 255 and
+  z = round(-128 - lo / s) clipped to [-128, 127]. Example: [0, 6] -> s = 6/255 =
+  0.023529, z = -128 (a ReLU6 output uses all 256 codes); [-1, 3] -> s = 4/255 = 0.015686,
+  z = round(-128 + 63.75) = -64.
+- `weight_scales(w, per_channel)`: s_w[c] = max|w[c]| / 127 (symmetric, codes in
+  [-127, 127]); an all-zero channel borrows the largest scale of the layer.
+  `quantize_weights`: round half to even, clip to [-127, 127].
+- `quantize_bias(b, s)`: int32 codes rint(b / s) with s = s_x * s_w[c], saturated to the
+  int32 range (the count of saturated entries is returned so the quantizer can report it).
+- Requantization factors are computed in float64 from the float32 scales:
+  f[c] = s_x * s_w[c] / s_y, then `quantize_multiplier` per channel (`requant_params`).
+  The multiplier keeps 31 significant bits, so |M * 2**-shift / f - 1| <= 2**-31.
+- Fused activations become a clamp of the output codes (`activation_clamp`): real bound a
+  -> code z + rint(a / s), intersected with [-128, 127]. ReLU on a range that starts at 0
+  gives lo = z = -128: the clamp is free and the ReLU vanishes.
+- Lookup tables (`make_lut`) for Sigmoid, Tanh, HardSwish, LeakyRelu and other unary
+  functions: entry i (input code q = i - 128) is quantize(fn(s_in * (q - z_in)), s_out,
+  z_out), i.e. the float function applied to the exact real value of every input code and
+  rounded once (half to even). The table is exact by construction -- an int8 input has
+  only 256 values -- so a LUT op adds no error beyond the output rounding. Example: Sigmoid
+  with s_in = 8/255, z_in = 0 and s_out = 1/256, z_out = -128: q = 0 -> x = 0 ->
+  0.5 * 256 = 128 -> code 0; q = 127 -> x = 3.98 -> 0.9817 * 256 = 251.3 -> code 123.
+- Average pooling folds 1/window into the factor: f = s_in / (s_out * kh * kw).
 """
 
 from __future__ import annotations
@@ -125,3 +155,106 @@ def quantize(x: np.ndarray, scale: float, zero_point: int, lo: int = INT8_MIN, h
 def dequantize(q: np.ndarray, scale, zero_point) -> np.ndarray:
     return ((np.asarray(q).astype(np.int32) - np.asarray(zero_point, np.int32)).astype(np.float32)
             * np.asarray(scale, np.float32))
+
+
+# ---- compile-time helpers: choosing the integers (see the module docstring) -------------
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+#: Smallest scale the quantizer hands out; keeps every factor inside quantize_multiplier's domain.
+MIN_SCALE = 2.0 ** -24
+
+
+def choose_qparams(lo: float, hi: float) -> tuple[float, int]:
+    """Asymmetric int8 (scale, zero_point) for the real range [lo, hi] widened to contain 0.
+
+    The scale is rounded to float32 (the precision it is stored in); a range of width 0
+    gets scale 1. Examples: (0, 6) -> (0.023529, -128); (-1, 3) -> (0.015686, -64).
+    """
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"cannot quantize the range [{lo}, {hi}]: it is not finite")
+    if hi - lo <= 0:
+        return 1.0, 0
+    scale = float(np.float32(max((hi - lo) / 255.0, MIN_SCALE)))
+    zp = int(np.clip(round(INT8_MIN - lo / scale), INT8_MIN, INT8_MAX))
+    return scale, zp
+
+
+def weight_scales(w: np.ndarray, per_channel: bool = True) -> np.ndarray:
+    """Symmetric scales of a weight tensor, one per output channel (axis 0), float32 [M].
+
+    Per-tensor weights get the same scale repeated M times. An all-zero channel gets the
+    largest scale of the layer (any positive scale represents it exactly).
+    """
+    w = np.asarray(w, dtype=np.float64)
+    m = w.shape[0]
+    amax = np.abs(w.reshape(m, -1)).max(axis=1) if w.size else np.zeros(m)
+    if not per_channel:
+        amax = np.full(m, amax.max() if m else 0.0)
+    s = amax / WEIGHT_MAX
+    fallback = s.max() if m and s.max() > 0 else 1.0
+    s = np.where(s > 0, np.maximum(s, MIN_SCALE), fallback)
+    return s.astype(np.float32)
+
+
+def quantize_weights(w: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """int8 codes rint(w / s[c]) clipped to [-WEIGHT_MAX, WEIGHT_MAX]; scales along axis 0."""
+    w = np.asarray(w, dtype=np.float64)
+    s = np.asarray(scales, dtype=np.float64).reshape((-1,) + (1,) * (w.ndim - 1))
+    return np.clip(np.rint(w / s), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
+
+
+def quantize_bias(b: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, int]:
+    """(int32 codes rint(b / s), number of saturated entries); s = s_x * s_w[c] per channel."""
+    q = np.rint(np.asarray(b, np.float64) / np.asarray(scales, np.float64))
+    n_sat = int(np.count_nonzero((q < INT32_MIN) | (q > INT32_MAX)))
+    return np.clip(q, INT32_MIN, INT32_MAX).astype(np.int32), n_sat
+
+
+def requant_params(factors) -> tuple[np.ndarray, np.ndarray]:
+    """(mult int32[n], shift int32[n]) for the real factors (`quantize_multiplier` each)."""
+    pairs = [quantize_multiplier(float(f)) for f in np.atleast_1d(np.asarray(factors, np.float64))]
+    return (np.array([m for m, _ in pairs], dtype=np.int32), np.array([s for _, s in pairs], dtype=np.int32))
+
+
+def activation_clamp(act: str, args, scale: float, zero_point: int) -> tuple[int, int]:
+    """(lo, hi) output codes of a fused clamp activation ("", relu or clip) at (scale, zero_point).
+
+    Raises ValueError for activations that are not a clamp (they need a lookup table).
+    """
+    if act == "":
+        a, b = -math.inf, math.inf
+    elif act == "relu":
+        a, b = 0.0, math.inf
+    elif act == "clip":
+        a, b = float(args[0]), float(args[1])
+    else:
+        raise ValueError(f"activation {act!r} is not a clamp; quantize it with a lookup table")
+    return clamp_codes(a, b, scale, zero_point)
+
+
+def clamp_codes(a: float, b: float, scale: float, zero_point: int) -> tuple[int, int]:
+    """The code interval of the real interval [a, b] (either end may be infinite)."""
+    lo = INT8_MIN if a == -math.inf else int(np.clip(zero_point + np.rint(a / scale), INT8_MIN, INT8_MAX))
+    hi = INT8_MAX if b == math.inf else int(np.clip(zero_point + np.rint(b / scale), INT8_MIN, INT8_MAX))
+    if lo > hi:
+        raise ValueError(f"clamp [{a}, {b}] is empty at scale {scale}, zero point {zero_point}")
+    return lo, hi
+
+
+def make_lut(fn, s_in: float, z_in: int, s_out: float, z_out: int) -> np.ndarray:
+    """int8[256] table of y = fn(x) for every int8 input code: table[q + 128].
+
+    `fn` maps a float64 array to a float array (the float reference kernel of the op).
+    """
+    q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int32)
+    x = dequantize(q, s_in, z_in)
+    y = np.asarray(fn(x), dtype=np.float64)
+    return quantize(y.astype(np.float32), s_out, z_out)
+
+
+def lut_lookup(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """y = table[x + 128] for int8 x (what the QLut op does)."""
+    x = np.asarray(x)
+    if x.dtype != np.int8:
+        raise TypeError(f"lut_lookup takes int8 codes, not {x.dtype}")
+    return np.asarray(table, dtype=np.int8)[x.astype(np.int32) - INT8_MIN]

@@ -485,3 +485,18 @@ def _dequantize(a, x, scale, zp):
     s = _qparam(scale, x, a["axis"]).astype(np.float32)
     z = _qparam(zp, x, a["axis"]).astype(np.int64)
     return [((x.astype(np.int64) - z).astype(np.float32) * s).astype(np.float32)]
+
+
+# ---- fused elementwise ----------------------------------------------------------------
+@kernel("FusedElementwise")
+def _fused_elementwise(a, *xs):
+    """Run the program one instruction at a time, each the IR op's own kernel rounded to
+    float32: the same numbers as the unfused chain."""
+    from hwc.ir.ops import OPS, normalize_attrs, parse_program
+
+    regs = [np.asarray(x, dtype=np.float32) for x in xs]
+    for ins in parse_program(a["program"], len(xs)):
+        args = [regs[r] if isinstance(r, int) else np.float32(r) for r in ins.args]
+        attrs = normalize_attrs(ins.op, dict(zip(OPS[ins.op].attrs, ins.params)))
+        regs.append(np.asarray(KERNELS[ins.op](attrs, *args)[0]).astype(np.float32))
+    return [regs[-1]]

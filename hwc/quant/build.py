@@ -1,0 +1,119 @@
+"""What an int8 build does with an imported model: optimize, quantize, report.
+
+    q = quantize_model(graph, target, calib="calib.npz", quant_config="q.json")
+
+- A QDQ model (QuantizeLinear/DequantizeLinear inside) is imported with its own scales
+  (`qdq.import_qdq`); calibration data are not needed and are ignored.
+- Otherwise the float graph goes through the target's optimizer pipeline (BatchNorm
+  folding, bias/activation fusion, ...) without `fuse_elementwise` (a fused elementwise
+  chain would hide a residual Add from the quantizer), then is calibrated on `calib`
+  and quantized with the quant-config (defaults: `QuantConfig()`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hwc.errors import InputError, UserError
+from hwc.ir.graph import Graph
+from hwc.quant.config import QuantConfig, as_config
+
+
+def quant_pipeline(target: dict[str, Any]):
+    """The optimizer pipeline run before quantization."""
+    from hwc.passes.manager import without
+    from hwc.passes.pipeline import default_pipeline
+
+    return without(default_pipeline(target), "fuse_elementwise")
+
+
+def optimize_for_quant(g: Graph, target: dict[str, Any]) -> Graph:
+    from hwc.passes import optimize
+
+    return optimize(g, target, pipeline=quant_pipeline(target))[0]
+
+
+def load_data(data: str | os.PathLike | dict | None, g: Graph, what: str, keep: tuple[str, ...] = ()
+              ) -> dict[str, np.ndarray]:
+    """Samples in the CLI layout from an .npz/.npy path or a dict: {input: [N, *shape]} (+ `keep` keys)."""
+    if isinstance(data, dict):
+        out = {k: np.asarray(v) for k, v in data.items()}
+    else:
+        p = Path(data)
+        if not p.is_file():
+            raise InputError(f"{what} file {str(p)!r} does not exist.")
+        try:
+            loaded = np.load(p, allow_pickle=False)
+        except Exception as e:
+            raise InputError(f"Cannot read {what} {str(p)!r} as .npz/.npy ({e}).") from None
+        if isinstance(loaded, np.ndarray):
+            if len(g.inputs) != 1:
+                raise InputError(f"{what} {str(p)!r} is a single array, but the model has inputs {g.inputs}; "
+                                 f"use an .npz keyed by those names.")
+            out = {g.inputs[0]: loaded}
+        else:
+            with loaded:
+                out = {k: loaded[k] for k in loaded.files}
+    missing = [i for i in g.inputs if i not in out]
+    if missing:
+        raise InputError(f"{what} has no array for input(s) {missing} (it holds {sorted(out)}); save it as an "
+                         f".npz keyed by the model's input names, samples on the leading axis.")
+    return {k: v for k, v in out.items() if k in g.inputs or k in keep}
+
+
+def quantize_model(g: Graph, target: dict[str, Any], calib=None, quant_config=None, *,
+                   progress: bool = False) -> Graph:
+    """The int8 graph of an imported model (see the module docstring)."""
+    from hwc.quant.qdq import import_qdq, is_qdq
+    from hwc.quant.quantize import quantize
+
+    cfg = as_config(quant_config)
+    if is_qdq(g):
+        return import_qdq(g, cfg)
+    if calib is None:
+        raise UserError("An int8 build needs calibration data: pass --calib DATA.npz (API: calib=), an .npz "
+                        "keyed by the model's input names with the samples on a leading axis (a few hundred "
+                        "representative inputs), or build a model that is already quantized (QDQ).")
+    data = load_data(calib, g, "calibration data")
+    fg = optimize_for_quant(g, target)
+    return quantize(fg, data, cfg, progress=progress)
+
+
+def quant_report(q: Graph) -> dict:
+    """The `quant` section of report.json: per-tensor encodings, node decisions, config."""
+    meta = q.metadata["quant"]
+    nodes = meta["nodes"]
+    count = {m: sum(d["mode"] == m for d in nodes) for m in ("int8", "folded", "float")}
+    return {
+        "mode": meta["mode"],
+        "config": meta["config"],
+        "calibration_samples": meta.get("calibration_samples"),
+        "nodes": count,
+        "float_nodes": [{"node": d["node"], "op": d["op"], "reason": d["reason"]}
+                        for d in nodes if d["mode"] == "float"],
+        "tensors": meta["tensors"],
+        "notes": meta.get("notes", []),
+    }
+
+
+def report_lines(rep: dict) -> list[str]:
+    """The quantization part of the text report."""
+    c = rep["config"]
+    cfg = QuantConfig.from_json(c)
+    head = f"int8 ({rep['mode']}"
+    head += f", {rep['calibration_samples']} calibration samples, {cfg.label()})" if rep["mode"] != "qdq" else ")"
+    n = rep["nodes"]
+    lines = [f"{head}: {n['int8']} nodes int8, {n['folded']} folded into a clamp, {n['float']} float"]
+    for d in rep["float_nodes"]:
+        lines.append(f"  float: {d['node']} ({d['op']}): {d['reason']}")
+    lines.append(f"  {'tensor':<28} {'scale':>11} {'zp':>5} {'range':>25} {'method':>10} {'clipped':>8}")
+    for name, t in rep["tensors"].items():
+        lo, hi = t["range"]
+        lines.append(f"  {name[:28]:<28} {t['scale']:>11.5g} {t['zero_point']:>5d} "
+                     f"{f'[{lo:.4g}, {hi:.4g}]':>25} {t['method']:>10} {100 * t['clipped']:>7.3f}%")
+    lines += [f"  note: {x}" for x in rep["notes"]]
+    return lines

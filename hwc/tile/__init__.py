@@ -1,0 +1,1 @@
+"""The tile compiler: int8 graph -> tile layers -> command stream."""

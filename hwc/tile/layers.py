@@ -1,0 +1,419 @@
+"""From an int8 graph to tile layers: what runs on the tile, what stays on the host.
+
+Every tile operation is expressed as one of four layer kinds over activation tensors
+that live in the tile's ACT scratchpad (channel-blocked: a line holds N channels of one
+pixel; a tensor is stored as a padded grid per channel block):
+
+- `ConvLayer`: int8 convolution with dense weights [M, C, kh, kw] (groups expanded to
+  zeros, so depthwise is block-diagonal and its zero blocks are skipped), an int32 bias
+  with the input zero point folded in, per-channel requantization. QConv, QGemm (a
+  Flatten + QGemm is a convolution whose kernel covers the whole input), QAvgPool and
+  QRequant (identity weights) all become ConvLayers.
+- `GapLayer`: global average pooling: every pixel accumulated into one accumulator line.
+- `AddLayer`: residual QAdd on the VEC unit.
+- `MaxPoolLayer`: MaxPool on int8 on the VEC unit.
+
+Host work around the tile (quantizing inputs, an im2col of a thin first layer, dequantizing
+outputs, Softmax, and any op the tile cannot run) stays in the int8 graph and runs in the
+reference interpreter: the partition is recorded and shown in the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hwc.errors import UnsupportedError
+from hwc.ir.graph import Graph, Node
+
+# ---- tensors -----------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class TileTensor:
+    """An int8 activation [C, H, W] resident in ACT, stored as CB padded grids of lines."""
+
+    name: str
+    c: int
+    h: int
+    w: int
+    zp: int
+    n: int                                     # lanes per line (array size)
+    pads: list[int] = field(default_factory=lambda: [0, 0, 0, 0])   # top, left, bottom, right
+    fill: int | None = None                    # halo value (zp, or -128 for max pooling)
+    base: int = 0                              # first ACT line (planned)
+    graph_shape: tuple[int, ...] = ()          # the IR shape ([1,C,H,W] or [M,K])
+
+    @property
+    def cb(self) -> int:
+        return -(-self.c // self.n)
+
+    @property
+    def hp(self) -> int:
+        return self.h + self.pads[0] + self.pads[2]
+
+    @property
+    def wp(self) -> int:
+        return self.w + self.pads[1] + self.pads[3]
+
+    @property
+    def lines(self) -> int:
+        return self.cb * self.hp * self.wp
+
+    def line(self, cb: int, y: int, x: int) -> int:
+        """ACT line of channel block cb at (y, x) of the unpadded tensor (may be in the halo)."""
+        return self.base + cb * self.hp * self.wp + (y + self.pads[0]) * self.wp + (x + self.pads[1])
+
+    def need_pads(self, pads, fill: int) -> None:
+        for i in range(4):
+            self.pads[i] = max(self.pads[i], pads[i])
+        if any(pads):
+            if self.fill is not None and self.fill != fill:
+                raise UnsupportedError(f"tensor {self.name!r} needs two different padding values ({self.fill} and "
+                                       f"{fill}) for its consumers", [self.name])
+            self.fill = fill
+
+
+# ---- layers -------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ConvLayer:
+    name: str
+    src: str
+    dst: str
+    weight: np.ndarray        # int8 [M, C, kh, kw], dense
+    bias: np.ndarray          # int32 [M]: the node's bias - z_in * sum(w) (padding holds z_in)
+    mult: np.ndarray          # int32 [M]
+    shift: np.ndarray         # int32 [M]
+    z_out: int
+    lo: int
+    hi: int
+    strides: tuple[int, int]
+    pads: tuple[int, int, int, int]  # top, left, bottom, right
+    dilations: tuple[int, int]
+    macs: int                 # the model's MACs for this layer (0 for pooling/requant helpers)
+    op: str = "QConv"
+
+
+@dataclass(eq=False)
+class GapLayer:
+    name: str
+    src: str
+    dst: str
+    bias: int                 # -count * z_in
+    mult: int
+    shift: int
+    z_out: int
+    lo: int
+    hi: int
+    op: str = "QGlobalAvgPool"
+    macs: int = 0
+
+
+@dataclass(eq=False)
+class AddLayer:
+    name: str
+    a: str
+    b: str
+    dst: str
+    attrs: dict
+    op: str = "QAdd"
+    macs: int = 0
+
+
+@dataclass(eq=False)
+class MaxPoolLayer:
+    name: str
+    src: str
+    dst: str
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    op: str = "MaxPool"
+    macs: int = 0
+
+
+Layer = ConvLayer | GapLayer | AddLayer | MaxPoolLayer
+
+
+@dataclass
+class TilePlan:
+    """The partition of an int8 graph: host nodes before, tile layers, host nodes after."""
+
+    graph: Graph
+    pre: list[Node]               # host nodes run before the tile (in graph order)
+    layers: list[Layer]           # tile layers in execution order
+    post: list[Node]              # host nodes run after the tile
+    tensors: dict[str, TileTensor]
+    inputs: list[str]             # tile tensors written by the host (DRAM -> ACT)
+    outputs: list[str]            # tile tensors read back by the host (ACT -> DRAM)
+    decisions: list[dict]         # every node: where it runs and why
+    aliases: dict[str, str] = field(default_factory=dict)   # IR value -> tile tensor it is a view of
+    im2col: dict[str, dict] = field(default_factory=dict)   # host-built tensor -> how (see im2col_first_layer)
+
+
+# ---- partition ----------------------------------------------------------------------------------
+TILE_OPS = {"QConv", "QGemm", "QAdd", "QAvgPool", "QGlobalAvgPool", "QRequant", "MaxPool", "Reshape", "Identity"}
+
+
+def _why_not(g: Graph, n: Node) -> str | None:
+    """None when the tile can run node n, else the reason it cannot."""
+    if n.op not in TILE_OPS:
+        return f"{n.op} has no tile implementation"
+    t_in = g.type(n.inputs[0]) if n.inputs else None
+    if t_in is not None and t_in.dtype != "int8":
+        return f"input is {t_in.dtype}, the tile computes int8"
+    if n.op in ("QConv", "MaxPool", "QAvgPool") and t_in.rank != 4:
+        return f"{t_in.rank - 2}-d {n.op}: the tile runs 2-d windows"
+    if n.op == "QAvgPool" and not n.attrs["count_include_pad"] and any(n.attrs["pads"]):
+        return "AveragePool with padding and count_include_pad=0 has a per-position divisor"
+    if n.op in ("MaxPool", "QAvgPool") and n.attrs["ceil_mode"]:
+        return "ceil_mode pooling"
+    if n.op == "MaxPool" and any(d != 1 for d in n.attrs["dilations"]):
+        return "dilated MaxPool"
+    if n.op == "QGlobalAvgPool" and t_in.rank != 4:
+        return "non 2-d global pooling"
+    if n.op == "QGemm" and g.const(n.inputs[1]) is None:
+        return "QGemm with run-time weights"
+    if n.op == "QConv" and g.const(n.inputs[1]) is None:
+        return "QConv with run-time weights"
+    return None
+
+
+def partition(g: Graph, n_lanes: int) -> TilePlan:
+    """Split an int8 graph into host prefix, tile layers and host suffix.
+
+    The tile takes the longest run of consecutive supported nodes between the host
+    prefix (inputs, quantization) and suffix (dequantization, Softmax, unsupported ops).
+    Reshapes on the tile are only allowed where they are free (a Flatten feeding a QGemm,
+    or a shape-preserving reshape).
+    """
+    decisions = []
+    status = []
+    for n in g.nodes:
+        why = _why_not(g, n)
+        status.append(why)
+    # The tile segment: from the first supported compute node to the last one, contiguous.
+    compute = [i for i, n in enumerate(g.nodes) if status[i] is None and n.op not in ("Reshape", "Identity")]
+    if not compute:
+        raise UnsupportedError("no node of this model can run on the tile (it needs int8 Conv/Gemm layers); "
+                               "reasons: " + "; ".join(f"{n.name}: {s}" for n, s in zip(g.nodes, status) if s),
+                               [n.name for n in g.nodes])
+    lo, hi = compute[0], compute[-1]
+    for i in range(lo, hi + 1):
+        if status[i] is not None:
+            n = g.nodes[i]
+            raise UnsupportedError(
+                f"node {n.name!r} ({n.op}) sits between tile layers but cannot run on the tile: {status[i]}. "
+                f"This version runs one contiguous tile segment; the host fallback covers only the start and "
+                f"the end of the model.", [n.name])
+    pre, seg, post = g.nodes[:lo], g.nodes[lo:hi + 1], g.nodes[hi + 1:]
+    for n in pre + post:
+        decisions.append({"node": n.name, "op": n.op, "where": "host",
+                          "why": status[g.nodes.index(n)] or "outside the tile segment (model input/output side)"})
+    plan = TilePlan(g, pre, [], post, {}, [], [], decisions)
+    _build_layers(plan, seg, n_lanes)
+    for n in seg:
+        decisions.append({"node": n.name, "op": n.op, "where": "tile", "why": ""})
+    return plan
+
+
+def _tensor(plan: TilePlan, name: str, n_lanes: int) -> TileTensor:
+    if name in plan.tensors:
+        return plan.tensors[name]
+    g = plan.graph
+    v = g.values[name]
+    shape = v.type.shape
+    zp = int(v.quant.zero_point.reshape(-1)[0]) if v.quant is not None else 0
+    if len(shape) == 4 and shape[0] == 1:
+        c, h, w = shape[1:]
+    elif len(shape) == 2:           # [M, K]: K channels of M pixels in a row
+        c, h, w = shape[1], 1, shape[0]
+    else:
+        raise UnsupportedError(f"tensor {name!r} of shape {list(shape)}: the tile stores [1,C,H,W] or [M,K]", [name])
+    t = TileTensor(name, c, h, w, zp, n_lanes, graph_shape=tuple(shape))
+    plan.tensors[name] = t
+    return t
+
+
+def _build_layers(plan: TilePlan, seg: list[Node], n_lanes: int) -> None:
+    g = plan.graph
+    produced: set[str] = set()
+    alias: dict[str, str] = {}         # reshape outputs that are views of another tile tensor
+
+    def src(name: str) -> str:
+        name = alias.get(name, name)
+        if name not in produced and name not in plan.inputs:
+            plan.inputs.append(name)
+            _tensor(plan, name, n_lanes)
+        return name
+
+    for n in seg:
+        if n.op in ("Reshape", "Identity"):
+            alias[n.outputs[0]] = alias.get(n.inputs[0], n.inputs[0])
+            continue
+        layer = _layer(plan, n, src, alias, n_lanes)
+        plan.layers.append(layer)
+        produced.add(layer.dst)
+    # Outputs of the segment: tile tensors read by host nodes after it or graph outputs.
+    used_after = {i for n in plan.post for i in n.inputs} | set(g.outputs)
+    for name in used_after:
+        base = alias.get(name, name)
+        if base in produced and base not in plan.outputs:
+            plan.outputs.append(base)
+    plan.aliases = alias
+
+
+def _flatten_source(plan: TilePlan, name: str, alias: dict) -> TileTensor | None:
+    """The 4-d tile tensor a QGemm input is a Flatten of, if it is one."""
+    base = alias.get(name)
+    if base is None:
+        return None
+    t = plan.tensors.get(base)
+    return t if t is not None and len(t.graph_shape) == 4 else None
+
+
+def _layer(plan: TilePlan, n: Node, src, alias, n_lanes: int) -> Layer:
+    g = plan.graph
+    a = n.attrs
+    if n.op in ("QConv", "QGemm"):
+        w = g.const(n.inputs[1])
+        bias = g.const(n.inputs[2]).astype(np.int64)
+        mult = np.broadcast_to(g.const(n.inputs[3]), bias.shape).astype(np.int32)
+        shift = np.broadcast_to(g.const(n.inputs[4]), bias.shape).astype(np.int32)
+        z_in = a["z_in"]
+        if n.op == "QConv":
+            s = src(n.inputs[0])
+            wd = _dense_groups(w, a["group"])
+            p = a["pads"]
+            strides, pads, dil = tuple(a["strides"]), (p[0], p[1], p[2], p[3]), tuple(a["dilations"])
+            macs = int(np.prod(g.type(n.outputs[0]).shape)) * int(np.prod(w.shape[1:]))
+        else:
+            flat = _flatten_source(plan, n.inputs[0], alias)
+            if flat is not None:       # Flatten + Gemm = a conv whose kernel is the whole input
+                s = flat.name
+                wd = w.reshape(w.shape[0], flat.c, flat.h, flat.w)
+            else:
+                s = src(n.inputs[0])
+                wd = w.reshape(w.shape[0], w.shape[1], 1, 1)
+            strides, pads, dil = (1, 1), (0, 0, 0, 0), (1, 1)
+            macs = int(np.prod(g.type(n.outputs[0]).shape)) * w.shape[1]
+        folded = bias - z_in * wd.astype(np.int64).reshape(wd.shape[0], -1).sum(axis=1)
+        out = _tensor(plan, n.outputs[0], n_lanes)
+        return ConvLayer(n.name, s, out.name, wd, _i32(folded, n), mult, shift, a["z_out"], a["lo"], a["hi"],
+                         strides, pads, dil, macs, n.op)
+    if n.op in ("QAvgPool", "QRequant"):
+        s = src(n.inputs[0])
+        t = plan.tensors[s]
+        mult = np.broadcast_to(g.const(n.inputs[1]).reshape(-1), (t.c,)).astype(np.int32)
+        shift = np.broadcast_to(g.const(n.inputs[2]).reshape(-1), (t.c,)).astype(np.int32)
+        if n.op == "QRequant":
+            k, strides, pads = (1, 1), (1, 1), (0, 0, 0, 0)
+        else:
+            k = tuple(a["kernel_shape"])
+            strides, p = tuple(a["strides"]), a["pads"]
+            pads = (p[0], p[1], p[2], p[3])
+        eye = np.zeros((t.c, t.c) + k, np.int8)
+        for c in range(t.c):
+            eye[c, c] = 1
+        bias = np.full(t.c, -a["z_in"] * int(np.prod(k)), np.int64)
+        out = _tensor(plan, n.outputs[0], n_lanes)
+        return ConvLayer(n.name, s, out.name, eye, _i32(bias, n), mult, shift, a["z_out"], a["lo"], a["hi"],
+                         strides, pads, (1, 1), 0, n.op)
+    if n.op == "QGlobalAvgPool":
+        s = src(n.inputs[0])
+        t = plan.tensors[s]
+        out = _tensor(plan, n.outputs[0], n_lanes)
+        return GapLayer(n.name, s, out.name, -a["z_in"] * t.h * t.w, int(g.const(n.inputs[1]).reshape(-1)[0]),
+                        int(g.const(n.inputs[2]).reshape(-1)[0]), a["z_out"], a["lo"], a["hi"])
+    if n.op == "QAdd":
+        sa, sb = src(n.inputs[0]), src(n.inputs[1])
+        out = _tensor(plan, n.outputs[0], n_lanes)
+        return AddLayer(n.name, sa, sb, out.name, dict(a))
+    if n.op == "MaxPool":
+        s = src(n.inputs[0])
+        out = _tensor(plan, n.outputs[0], n_lanes)
+        p = a["pads"]
+        return MaxPoolLayer(n.name, s, out.name, tuple(a["kernel_shape"]), tuple(a["strides"]),
+                            (p[0], p[1], p[2], p[3]))
+    raise AssertionError(n.op)
+
+
+def _i32(x: np.ndarray, n: Node) -> np.ndarray:
+    if x.min() < -(1 << 31) or x.max() >= 1 << 31:
+        raise UnsupportedError(f"node {n.name!r}: the bias with the input zero point folded in does not fit int32",
+                               [n.name])
+    return x.astype(np.int32)
+
+
+def _dense_groups(w: np.ndarray, group: int) -> np.ndarray:
+    """Grouped conv weights [M, C/g, kh, kw] -> dense [M, C, kh, kw] with zeros across groups."""
+    if group == 1:
+        return w
+    m, cg = w.shape[:2]
+    dense = np.zeros((m, cg * group) + w.shape[2:], np.int8)
+    mg = m // group
+    for o in range(m):
+        gi = o // mg
+        dense[o, gi * cg:(gi + 1) * cg] = w[o]
+    return dense
+
+
+# ---- thin first layer: im2col on the host ----------------------------------------------------------
+
+
+def im2col_first_layer(plan: TilePlan, n_lanes: int) -> None:
+    """A convolution on a host-provided input with few channels (an RGB image, an
+    audio feature map) fills few lanes of a line. When it pays, the host builds the
+    im2col of that input (every window's taps as channels, padding with the zero point) and
+    the tile runs a 1x1 convolution over C*kh*kw channels instead: e.g. 3 channels x 3x3
+    taps = 27 of 32 lanes on an 8x8 tile, instead of 3 of 8."""
+    for i, layer in enumerate(plan.layers):
+        if not isinstance(layer, ConvLayer) or layer.src not in plan.inputs:
+            continue
+        t = plan.tensors[layer.src]
+        m, c, kh, kw = layer.weight.shape
+        taps = c * kh * kw
+        if kh * kw == 1 or t.c != c:
+            continue
+        before = c / (-(-c // n_lanes) * n_lanes)
+        after = taps / (-(-taps // n_lanes) * n_lanes)
+        users = [x for x in plan.layers if x is not layer and layer.src in _layer_inputs(x)]
+        if after <= before or users or layer.src in plan.outputs:
+            continue
+        out = plan.tensors[layer.dst]
+        name = f"{layer.src}_im2col"
+        plan.im2col[name] = {"src": layer.src, "kernel": [kh, kw], "strides": list(layer.strides),
+                             "pads": list(layer.pads), "dilations": list(layer.dilations), "zp": t.zp,
+                             "lanes_before": round(before, 3), "lanes_after": round(after, 3)}
+        plan.tensors[name] = TileTensor(name, taps, out.h, out.w, t.zp, n_lanes, graph_shape=(1, taps, out.h, out.w))
+        plan.inputs[plan.inputs.index(layer.src)] = name
+        del plan.tensors[layer.src]
+        layer.src = name
+        layer.weight = np.ascontiguousarray(layer.weight.reshape(m, taps, 1, 1))
+        layer.strides, layer.pads, layer.dilations = (1, 1), (0, 0, 0, 0), (1, 1)
+        plan.layers[i] = layer
+
+
+def host_im2col(x: np.ndarray, how: dict) -> np.ndarray:
+    """[1, C, H, W] int8 -> [1, C*kh*kw, Ho, Wo]: channel index (c, ky, kx), padding = zero point."""
+    kh, kw = how["kernel"]
+    sh, sw = how["strides"]
+    dh, dw = how["dilations"]
+    pt, pl, pb, pr = how["pads"]
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=how["zp"])
+    ho = (xp.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    wo = (xp.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    cols = np.empty((x.shape[1], kh, kw, ho, wo), x.dtype)
+    for ky in range(kh):
+        for kx in range(kw):
+            cols[:, ky, kx] = xp[0, :, ky * dh: ky * dh + sh * (ho - 1) + 1: sh, kx * dw: kx * dw + sw * (wo - 1) + 1: sw]
+    return cols.reshape(1, -1, ho, wo)
+
+
+def _layer_inputs(layer: Layer) -> list[str]:
+    if isinstance(layer, AddLayer):
+        return [layer.a, layer.b]
+    return [layer.src]
