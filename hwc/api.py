@@ -9,7 +9,7 @@ import onnx
 
 from hwc.analysis import summary
 from hwc.artifact import Artifact, RefArtifact, load
-from hwc.errors import UnsupportedError
+from hwc.errors import UnsupportedError, UserError
 from hwc.frontend.onnx_import import import_onnx
 from hwc.targets import load_target
 
@@ -25,6 +25,8 @@ def build(
     quant_config=None,
     *,
     passes: dict | None = None,
+    triple: str | None = None,
+    cpu: str | None = None,
 ) -> Artifact:
     """Compile `model` (a path or ModelProto) for `target` (a bundled name or a YAML path).
 
@@ -33,14 +35,17 @@ def build(
     dict or hwc.quant.config.QuantConfig, e.g. written by `hwc quant-search`). A QDQ
     model is imported with its own scales and needs no calibration data.
     `passes`: options of the graph optimizer (hwc.passes.optimize: dump_after,
-    stop_after, prune).
+    stop_after, prune). `triple`/`cpu` (kind cpu only): cross-compile for this LLVM
+    target triple / CPU instead of the target file's (the host by default).
     """
     tgt = load_target(target)
     graph = import_onnx(model if isinstance(model, onnx.ModelProto) else Path(model), input_shapes)
-    if tgt["kind"] != "ref":
+    if (triple or cpu) and tgt["kind"] != "cpu":
+        raise UserError(f"--triple/--cpu apply to targets of kind cpu, not to {tgt['name']!r} ({tgt['kind']}).")
+    if tgt["kind"] not in ("ref", "cpu", "tile"):
         raise UnsupportedError(f"Target kind {tgt['kind']!r} ({tgt['name']}) has no backend in this "
                                f"version of hwc yet; use --target ref.")
-    if int8 or calib is not None or quant_config is not None:
+    if int8 or calib is not None or quant_config is not None or tgt["kind"] == "tile":  # tiles are int8
         import sys
 
         from hwc.quant.build import quant_report, quantize_model
@@ -49,12 +54,27 @@ def build(
         graph = quantize_model(graph, tgt, calib, quant_config, progress=sys.stderr.isatty())
         report = {"target": tgt["name"], **summary(graph), "quant": quant_report(graph)}
         report["macs"] = cost_of(graph, tgt["kind"])[0]
-        return RefArtifact(tgt, graph, report, {"int8": True, "quant_mode": report["quant"]["mode"]})
+        return _artifact(tgt, graph, report, {"int8": True, "quant_mode": report["quant"]["mode"]}, triple, cpu)
     from hwc.passes import optimize
 
     graph, stats = optimize(graph, tgt, **(passes or {}))
     report = {"target": tgt["name"], **summary(graph), "passes": without_timings(stats.to_dict())}
-    return RefArtifact(tgt, graph, report, {"int8": False})
+    return _artifact(tgt, graph, report, {"int8": False}, triple, cpu)
+
+
+def _artifact(tgt, graph, report, info, triple, cpu) -> Artifact:
+    """The target kind's artifact for the optimized (or quantized) graph."""
+    if tgt["kind"] == "cpu":
+        from hwc.backends.cpu import build_artifact
+
+        return build_artifact(tgt, graph, report, info, triple=triple, cpu=cpu)
+    if tgt["kind"] == "tile":
+        from hwc.tile.build import build_tile
+
+        art = build_tile(graph, tgt)
+        art.report["quant"] = report["quant"]
+        return art
+    return RefArtifact(tgt, graph, report, info)
 
 
 def without_timings(doc):

@@ -25,6 +25,8 @@ from hwc.ir.serialize import load_graph, save_graph
 
 #: Artifact classes by the target kind they serve; each backend registers its own.
 KINDS: dict[str, type[Artifact]] = {}
+#: Modules that register a kind, imported by `load` when that kind is not registered yet.
+BACKEND_MODULES: dict[str, str] = {"cpu": "hwc.backends.cpu", "tile": "hwc.tile.build"}
 
 
 def register(kind: str):
@@ -171,6 +173,10 @@ def load(path: str | os.PathLike) -> Artifact:
         kind = model["kind"]
     except (ValueError, KeyError) as e:
         raise UserError(f"{str(mj)!r} is damaged ({e}); rebuild the folder with `hwc build`.") from None
+    if kind not in KINDS and kind in BACKEND_MODULES:
+        import importlib
+
+        importlib.import_module(BACKEND_MODULES[kind])  # registers the kind's Artifact class
     if kind not in KINDS:
         raise UserError(f"{str(folder)!r} holds a {kind!r} artifact, which this hwc does not know.")
     return KINDS[kind]._read(folder, model)

@@ -18,7 +18,9 @@ from rich.table import Table
 from hwc.errors import HwcError, InputError, UserError
 from hwc.passes.cli import add_parser as add_opt_parser
 from hwc.passes.cli import add_pass_options, pass_options
+from hwc.hw import cli as hw_cli
 from hwc.quant import cli as qcli
+from hwc.tile import cli as tile_cli
 
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -118,6 +120,9 @@ def cmd_build(args) -> int:
               f"in {time.perf_counter() - t0:.2f} s")
     out.print(f"  {rep.get('nodes', '?')} nodes, {rep.get('macs', 0):,} MACs, "
               f"{rep.get('weights_bytes', 0):,} weight bytes")
+    if "cycles" in rep:
+        out.print(f"  {rep['cycles']:,} cycles ({rep['time_us_at_clock']:.1f} us at {art.target['clock_mhz']} MHz), "
+                  f"MAC utilization {rep['utilization']:.1%}, weight loads {rep['weight_load_hidden']:.0%} hidden")
     for io, label in ((art.inputs, "input"), (art.outputs, "output")):
         for i in io:
             out.print(f"  {label} {i['name']}: {i['dtype']}[{_fmt_shape(i['shape'])}]")
@@ -186,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_opt_parser(sub)
     qcli.add_parser(sub)
+    tile_cli.add_parsers(sub)
+    hw_cli.add_parser(sub)
     return p
 
 

@@ -116,11 +116,12 @@ class TileArtifact(Artifact):
     def _run_model(self, mem: bytearray, io: dict):
         from hwc.sim.model import TileModel
 
-        res = TileModel(self.target).run(bytes(self.program), mem, io["prog_offset"] // isa.INSN_BYTES)
+        res = TileModel(self.target).run(None, mem, io["prog_offset"] // isa.INSN_BYTES)
         if res.error:
-            raise UserError(f"the tile model stopped with an error: {res.error}")
+            raise UserError(f"the tile stopped with error {res.error.name} at instruction {res.error_pc}: "
+                            f"the program is invalid for target {self.target['name']!r} (a bug in the scheduler)")
         self.last_model = res
-        return res.dram, res.cycles
+        return mem, res.cycles
 
     def _run_rtl(self, mem: bytearray, io: dict):
         from hwc.sim.rtl import run_rtl
@@ -130,7 +131,7 @@ class TileArtifact(Artifact):
         out_regions = [(t["dram"], -(-t["c"] // self.target["array"]["rows"]) * t["h"] * t["w"]
                         * self.target["array"]["rows"]) for t in io["outputs"]]
         return run_rtl(self.target, self.tile_v, bytes(self.program), bytes(mem), io["prog_offset"] // isa.INSN_BYTES,
-                       out_regions)
+                       out_regions, vcd=getattr(self, "vcd", None))
 
     # ---- files -------------------------------------------------------------------------------
     def _write(self, folder: Path) -> None:
@@ -150,3 +151,41 @@ class TileArtifact(Artifact):
                    program=(folder / "program.bin").read_bytes(), const=(folder / "weights.bin").read_bytes(),
                    memory_map=json.loads((folder / "memory_map.json").read_text()),
                    tile_v=tv.read_text() if tv.is_file() else None)
+
+
+def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = True) -> TileArtifact:
+    """Schedule an int8 graph for a tile target, measure it in the Python tile model, and
+    package program, DRAM image, memory map, report and (with `hdl`) the tile's Verilog."""
+    from hwc.sim.model import TileModel
+    from hwc.tile.report import tile_report
+
+    plan, prog = schedule(graph, target, im2col=im2col)
+    io = tile_io(plan, prog)
+    program = isa.to_bytes(prog.program)
+    const = bytes(prog.dram)
+    # Timing does not depend on the data: one run on zero inputs gives the cycle counts.
+    mem = host.dram_image(const, program, io["prog_offset"], io["io_end"], {})
+    res = TileModel(target).run(None, mem, io["prog_offset"] // isa.INSN_BYTES)
+    if res.error:
+        raise AssertionError(f"scheduler produced an invalid program: {res.error.name} at {res.error_pc}")
+    report = tile_report(target, plan, prog, res)
+    report["weights_bytes"] = len(const)
+    report["nodes"] = len(graph.nodes)
+    memory_map = {
+        "dram": prog.dram_regions + [{"name": "program", "offset": io["prog_offset"], "size": len(program),
+                                      "kind": "program"}],
+        "act": [{"name": t.name, "offset": t.base, "size": t.lines, "unit": "lines", "bank": "act",
+                 "channels": t.c, "height": t.h, "width": t.w, "pads": list(t.pads)}
+                for t in sorted(plan.tensors.values(), key=lambda t: (t.base, t.name))],
+        "wgt": {"banks": 2, "blocks_per_bank": target["scratchpad"]["wgt_bank_blocks"]},
+        "param": {"entries_used": len(prog.dram_regions[0:1]) and prog.dram_regions[0]["entries"],
+                  "entries": target["scratchpad"]["param_entries"]},
+    }
+    tile_v = None
+    if hdl:
+        from hwc.hw.generate import verilog_text
+
+        tile_v = verilog_text(target)[0]
+    info = {"int8": True, "tile": io}
+    return TileArtifact(target, graph, report, info, program=program, const=const, memory_map=memory_map,
+                        tile_v=tile_v)
