@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from hwc.errors import HwcError, InputError, UserError
+from hwc.hw import cli as hw_cli
 from hwc.passes.cli import add_parser as add_opt_parser
 from hwc.passes.cli import add_pass_options, pass_options
-from hwc.hw import cli as hw_cli
 from hwc.quant import cli as qcli
 from hwc.tile import cli as tile_cli
 

@@ -67,9 +67,9 @@ def cmd_sim(args) -> int:
             out.print(f"waveform: {args.vcd}")
         ok = ok and same and same_cycles
     rep = art.report
-    out.print(f"model MACs {rep['macs']:,}; utilization {rep['utilization']:.1%} of "
-              f"{art.target['array']['rows']}x{art.target['array']['cols']}; weight loads {rep['weight_load_cycles']:,} "
-              f"cycles, {rep['weight_load_hidden']:.0%} hidden behind compute")
+    size = f"{art.target['array']['rows']}x{art.target['array']['cols']}"
+    out.print(f"model MACs {rep['macs']:,}; utilization {rep['utilization']:.1%} of {size}; weight loads "
+              f"{rep['weight_load_cycles']:,} cycles, {rep['weight_load_hidden']:.0%} hidden behind compute")
     if not ok:
         out.print("[red]MISMATCH[/red]")
         return 1

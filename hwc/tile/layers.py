@@ -409,7 +409,8 @@ def host_im2col(x: np.ndarray, how: dict) -> np.ndarray:
     cols = np.empty((x.shape[1], kh, kw, ho, wo), x.dtype)
     for ky in range(kh):
         for kx in range(kw):
-            cols[:, ky, kx] = xp[0, :, ky * dh: ky * dh + sh * (ho - 1) + 1: sh, kx * dw: kx * dw + sw * (wo - 1) + 1: sw]
+            ys = slice(ky * dh, ky * dh + sh * (ho - 1) + 1, sh)
+            cols[:, ky, kx] = xp[0, :, ys, kx * dw: kx * dw + sw * (wo - 1) + 1: sw]
     return cols.reshape(1, -1, ho, wo)
 
 

@@ -40,7 +40,6 @@ def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
 
 
 def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
-    n = target["array"]["rows"]
     peak = target["array"]["rows"] * target["array"]["cols"]
     ops = res.ops
     insns = prog.program
