@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
-# Installs the system tools hwc's tests and flows need, when they are missing:
-# Icarus Verilog (the RTL simulator cocotb drives). Needs root for apt-get.
+# Installs the system tools hwc's tests and flows need, when they are missing (idempotent:
+# nothing happens when all are there). Needs root for apt-get; `apt-get update` runs once.
+#   iverilog  Icarus Verilog, the RTL simulator cocotb drives
+#   gcc, make the CPU backend links model.o for its runner and builds the bundle's main.c
+#   valgrind  the CPU bundle's memcheck test
 set -euo pipefail
-if command -v iverilog >/dev/null 2>&1; then
+# command -> Debian package
+declare -A PKG=([iverilog]=iverilog [gcc]=gcc [make]=make [valgrind]=valgrind)
+missing=()
+for cmd in iverilog gcc make valgrind; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${PKG[$cmd]}")
+done
+if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-  echo "installing iverilog (Icarus Verilog) with apt-get ..."
+  echo "installing ${missing[*]} with apt-get ..."
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
-  apt-get install -y -qq iverilog >/dev/null
-  command -v iverilog >/dev/null && exit 0
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+  still=()
+  for cmd in iverilog gcc make valgrind; do
+    command -v "$cmd" >/dev/null 2>&1 || still+=("$cmd")
+  done
+  [ ${#still[@]} -eq 0 ] && exit 0
+  missing=("${still[@]}")
 fi
-echo "hwc: Icarus Verilog (iverilog) is needed for RTL simulation and is not installed." >&2
-echo "     Install it as root: apt-get install -y iverilog  (Debian/Ubuntu), then run make again." >&2
+echo "hwc: these tools are needed and not installed: ${missing[*]}" >&2
+echo "     (iverilog: RTL simulation; gcc, make: CPU bundles; valgrind: the CPU memcheck test)." >&2
+echo "     Install them as root: apt-get install -y ${missing[*]}  (Debian/Ubuntu), then run make again." >&2
 exit 1

@@ -38,6 +38,11 @@ def load_target(name_or_path: str | Path) -> dict[str, Any]:
         from hwc.targets.tile_schema import validate_tile
 
         return validate_tile(doc, where)
+    if kind == "cpu":
+        from hwc.targets.cpu_schema import validate_cpu
+
+        doc.setdefault("name", Path(where).stem)
+        return validate_cpu(doc, where)
     extra = set(doc) - {"name", "kind", "description"}
     if extra:
         raise TargetError(f"Target {where}: unknown key(s) {sorted(extra)} for kind {kind!r}.")

@@ -676,7 +676,9 @@ def _q_common(ctx: Ctx):
                        f"is done in float32)")
     x = ctx.type(0)
     scale = ctx.type(1)
-    axis = ctx.axis(ctx.attr("axis", 1), max(x.rank, 1)) if scale.rank else 1
+    # A one-element scale is per tensor whatever the axis says (onnxruntime writes [1]-shaped
+    # bias scales with the default axis 1 on rank-1 biases): check the axis only when it matters.
+    axis = ctx.axis(ctx.attr("axis", 1), max(x.rank, 1)) if scale.size > 1 else 1
     return axis
 
 

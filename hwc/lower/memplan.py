@@ -168,22 +168,30 @@ def intervals_of(prog: Program, order: list[int]) -> list[Interval]:
 
 
 def _apply_inplace(prog: Program) -> list[str]:
-    """Let elementwise outputs reuse an input's bytes when that input dies there."""
+    """Let elementwise outputs reuse an input's bytes when that input dies there.
+
+    An instruction is a candidate when its op is elementwise (INPLACE_OPS: every read may
+    be taken over) or when a backend lists, in attrs["inplace_reads"], the reads its kernel
+    consumes element by element before writing the same element (e.g. a convolution's
+    residual operand). Buffers carrying a `layout` (a backend's storage order) must agree.
+    """
     last_read: dict[str, int] = {}
     for i, ins in enumerate(prog.instrs):
         for b in ins.reads:
             last_read[prog.storage(b).name] = i
     done = []
     for i, ins in enumerate(prog.instrs):
-        if ins.op not in INPLACE_OPS or len(ins.writes) != 1:
+        allowed = ins.attrs.get("inplace_reads")
+        if (ins.op not in INPLACE_OPS and allowed is None) or len(ins.writes) != 1:
             continue
         out = prog.buffers[ins.writes[0]]
         if out.region != "activation" or out.alias_of is not None:
             continue
-        for r in ins.reads:
+        for r in (ins.reads if allowed is None else allowed):
             src = prog.storage(r)
             if (src.region == "activation" and last_read.get(src.name) == i and src.type == out.type
-                    and prog.buffers[r].type.shape == out.type.shape):
+                    and prog.buffers[r].type.shape == out.type.shape
+                    and getattr(src, "layout", "") == getattr(out, "layout", "")):
                 out.alias_of = src.name
                 ins.attrs["inplace"] = r
                 done.append(ins.name)
@@ -195,12 +203,22 @@ def _topo_orders(prog: Program) -> dict[str, list[int]]:
     """Candidate instruction orders: the given one and a memory-greedy one."""
     n = len(prog.instrs)
     producer: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    deps_sets: list[set[int]] = [set() for _ in range(n)]
     for i, ins in enumerate(prog.instrs):
+        for b in ins.reads:
+            s = prog.storage(b).name
+            if s in producer and producer[s] != i:
+                deps_sets[i].add(producer[s])
+            readers.setdefault(s, []).append(i)
         for b in ins.writes:
-            producer[prog.storage(b).name] = i
-    deps = [sorted({producer[prog.storage(b).name] for b in ins.reads
-                    if prog.storage(b).name in producer and producer[prog.storage(b).name] != i})
-            for i, ins in enumerate(prog.instrs)]
+            s = prog.storage(b).name
+            if s in producer:  # an in-place write: after every earlier reader and writer of the bytes
+                deps_sets[i].update(j for j in readers.get(s, []) if j != i)
+                deps_sets[i].add(producer[s])
+                deps_sets[i].discard(i)
+            producer[s] = i
+    deps = [sorted(d) for d in deps_sets]
     users: list[list[int]] = [[] for _ in range(n)]
     for i, ds in enumerate(deps):
         for d in ds:

@@ -104,8 +104,11 @@ def cmd_quant_search(args) -> int:
             status.update(f"searching ... {count[0]} configurations measured (last: {r.cfg.label()})")
 
         picked, results = search(p, max_loss=args.max_loss, jobs=args.jobs or None, progress=done)
-    out.print(results_table(results, picked, labels, p.float_metric,
-                            f"quant-search {args.model} ({tgt['name']}, {time.perf_counter() - t0:.0f} s)"))
+    from rich.console import Console
+
+    wide = Console(highlight=False, width=max(out.width, 150))  # the table is wider than 80 columns
+    wide.print(results_table(results, picked, labels, p.float_metric,
+                             f"quant-search {args.model} ({tgt['name']}, {time.perf_counter() - t0:.0f} s)"))
     if picked is None:
         err.print(f"hwc: no configuration is within the loss budget of {100 * args.max_loss:.2f}%; "
                   f"nothing written. Raise --max-loss, or give more representative calibration data.",

@@ -659,7 +659,7 @@ def encodings(stats: dict, cfg: QuantConfig) -> dict[str, TensorQ]:
 
     out = {}
     for t, st in stats.items():
-        lo, hi = choose_range(st, cfg.method, cfg.percentile)
+        lo, hi = (x * (1.0 + cfg.headroom) for x in choose_range(st, cfg.method, cfg.percentile))
         out[t] = TensorQ.from_range(lo, hi, cfg.method, min=st.min, max=st.max,
                                     clipped=clipped_fraction(st, min(lo, 0.0), max(hi, 0.0)))
     return out

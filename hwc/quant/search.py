@@ -12,11 +12,13 @@ data; its outputs are compared with the float model's on the same inputs:
 The search is staged (a full grid would be the product of every knob):
   1. range method x weight granularity: minmax, percentile 99.99 and 99.999, entropy,
      mse, each per-channel and per-tensor; then the best of those with bias correction;
+     then the best so far with 10 / 25 / 50 % range headroom;
   2. pruning 25 / 50 / 75 % on the best configuration of stage 1;
   3. cpu target only: the best configuration with the first, the last, or both compute
      layers kept in float.
 Candidates of a stage run in parallel in a process pool. "Best" within a stage is the
-lowest loss, then the highest SQNR. The pick over all stages is the *cheapest*
+lowest loss, then the highest SQNR (without labels: the highest SQNR -- top-1 agreement
+means little for a regression output such as an autoencoder's). The pick over all stages is the *cheapest*
 configuration whose loss is within the budget (`max_loss`), ties to the lowest loss:
 
     cost = MACs done in int8 with a non-zero weight (tile targets: all int8 MACs -- the
@@ -44,6 +46,7 @@ from hwc.quant.runner import run_batched
 #: A float MAC costs this many int8 MACs in the search's cost model.
 FLOAT_MAC_COST = 4
 PRUNE_LEVELS = (0.25, 0.5, 0.75)
+HEADROOMS = (0.1, 0.25, 0.5)
 
 
 @dataclass
@@ -172,7 +175,8 @@ def _run_candidate(cfg: QuantConfig) -> Result:
 def stage1(base: QuantConfig) -> list[QuantConfig]:
     methods = [("minmax", 99.99), ("percentile", 99.99), ("percentile", 99.999), ("entropy", 99.99),
                ("mse", 99.99)]
-    return [base.with_(method=m, percentile=pct, per_channel=pc, prune=0.0, float_nodes=(), bias_correction=False)
+    return [base.with_(method=m, percentile=pct, per_channel=pc, prune=0.0, float_nodes=(), bias_correction=False,
+                       headroom=0.0)
             for pc in (True, False) for m, pct in methods]
 
 
@@ -180,9 +184,11 @@ def compute_nodes(g: Graph) -> list[str]:
     return [n.name for n in g.nodes if n.op in ("Conv", "Gemm", "MatMul")]
 
 
-def best_of(results: list[Result]) -> Result | None:
+def best_of(results: list[Result], by_sqnr: bool = False) -> Result | None:
+    """The most accurate result: lowest loss then highest SQNR, or (`by_sqnr`) highest SQNR."""
     good = [r for r in results if not r.error]
-    return min(good, key=lambda r: (round(r.loss, 9), -r.sqnr_db)) if good else None
+    key = (lambda r: -r.sqnr_db) if by_sqnr else (lambda r: (round(r.loss, 9), -r.sqnr_db))
+    return min(good, key=key) if good else None
 
 
 def pick(results: list[Result], max_loss: float) -> Result | None:
@@ -237,14 +243,17 @@ def search(p: Problem, *, max_loss: float = 0.01, jobs: int | None = None, base:
         results.extend(rs)
         return rs
 
+    by_sqnr = p.labels is None  # without labels, SQNR says more than top-1 agreement
     try:
         best = None
         if 1 in stages:
             rs = run(stage1(base), 1)
-            best = best_of(rs)
+            best = best_of(rs, by_sqnr)
             if best is not None:
                 rs += run([best.cfg.with_(bias_correction=True)], 1)
-                best = best_of(rs)
+                best = best_of(rs, by_sqnr)
+                rs += run([best.cfg.with_(headroom=h) for h in HEADROOMS], 1)
+                best = best_of(rs, by_sqnr)
         best_cfg = best.cfg if best is not None else base
         if 2 in stages:
             run([best_cfg.with_(prune=f) for f in PRUNE_LEVELS], 2)

@@ -28,7 +28,7 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True) -> tuple[TilePlan, 
     """Partition the int8 graph and generate the tile program."""
     plan = partition(g, target["array"]["rows"])
     if im2col:
-        im2col_first_layer(plan, target["array"]["rows"])
+        im2col_first_layer(plan, target["array"]["rows"], target["scratchpad"]["act_lines"])
     return plan, Codegen(plan, target).run()
 
 

@@ -364,9 +364,10 @@ def _dense_groups(w: np.ndarray, group: int) -> np.ndarray:
 # ---- thin first layer: im2col on the host ----------------------------------------------------------
 
 
-def im2col_first_layer(plan: TilePlan, n_lanes: int) -> None:
+def im2col_first_layer(plan: TilePlan, n_lanes: int, act_lines: int) -> None:
     """A convolution on a host-provided input with few channels (an RGB image, an
-    audio feature map) fills few lanes of a line. When it pays, the host builds the
+    audio feature map) fills few lanes of a line. When it pays (fewer channels than lanes,
+    more lanes filled after, and the expanded tensor takes at most half the scratchpad), the host builds the
     im2col of that input (every window's taps as channels, padding with the zero point) and
     the tile runs a 1x1 convolution over C*kh*kw channels instead: e.g. 3 channels x 3x3
     taps = 27 of 32 lanes on an 8x8 tile, instead of 3 of 8."""
@@ -376,14 +377,15 @@ def im2col_first_layer(plan: TilePlan, n_lanes: int) -> None:
         t = plan.tensors[layer.src]
         m, c, kh, kw = layer.weight.shape
         taps = c * kh * kw
-        if kh * kw == 1 or t.c != c:
-            continue
+        out = plan.tensors[layer.dst]
+        lines = -(-taps // n_lanes) * out.h * out.w
+        if kh * kw == 1 or t.c != c or c >= n_lanes or lines > act_lines // 2:
+            continue  # only thin inputs, and only when the expanded tensor leaves room for the rest
         before = c / (-(-c // n_lanes) * n_lanes)
         after = taps / (-(-taps // n_lanes) * n_lanes)
         users = [x for x in plan.layers if x is not layer and layer.src in _layer_inputs(x)]
         if after <= before or users or layer.src in plan.outputs:
             continue
-        out = plan.tensors[layer.dst]
         name = f"{layer.src}_im2col"
         plan.im2col[name] = {"src": layer.src, "kernel": [kh, kw], "strides": list(layer.strides),
                              "pads": list(layer.pads), "dilations": list(layer.dilations), "zp": t.zp,

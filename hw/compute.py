@@ -1,0 +1,95 @@
+"""The compute unit: GEMM engine, post-processing engine (PPU/VEC) and FILL behind one
+issue slot, sharing the ACT compute port (port A) and the ACC ports.
+
+In-order issue with one instruction in flight per unit, except that a GEMM may be
+accepted while the previous GEMM streams (the two-stage GEMM pipeline, hw/gemm.py):
+  accept GEMM          when the GEMM engine's preload stage is free and no PPU/VEC/FILL runs
+  accept PPU/VEC/FILL  when the whole unit is idle (every earlier compute instruction done)
+So the engines never use port A or the ACC ports in the same cycle; their port signals are
+zero when unused and are OR-combined (cheaper and shallower than a priority mux).
+
+FILL writes `count` ACT lines, one per cycle from the cycle after issue, all bytes `value`:
+busy for FILL_OVERHEAD + count cycles (FILL_OVERHEAD = 1).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from hwc import isa
+
+from .gemm import GemmEngine
+from .params import TileParams, field, opcode
+from .post import PostEngine
+
+
+class FillEngine(wiring.Component):
+    def __init__(self, p: TileParams):
+        self.p = p
+        super().__init__({
+            "start": In(1), "word": In(isa.INSN_BITS), "busy": Out(1),
+            "act_addr": Out(p.act_bits), "act_we": Out(1), "act_wdata": Out(p.line_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p, op, w = self.p, isa.Op.FILL, self.word
+        addr = Signal(p.act_bits)
+        left = Signal(isa.LAYOUT[op]["count"][1].width)
+        value = Signal(8)
+        with m.If(self.busy):
+            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+        with m.If(self.start):
+            m.d.sync += [addr.eq(field(w, op, "addr")), left.eq(field(w, op, "count")), value.eq(field(w, op, "value"))]
+        m.d.comb += [self.busy.eq(left != 0), self.act_we.eq(self.busy),
+                     self.act_addr.eq(Mux(self.busy, addr, 0)),
+                     self.act_wdata.eq(Mux(self.busy, value.replicate(p.n), 0))]
+        return m
+
+
+class ComputeUnit(wiring.Component):
+    def __init__(self, p: TileParams):
+        self.p = p
+        super().__init__({
+            "start": In(1),
+            "word": In(isa.INSN_BITS),
+            "accept_gemm": Out(1),
+            "busy": Out(1),
+            # ACT port A (read and write share the address)
+            "act_addr": Out(p.act_bits), "act_we": Out(1), "act_wdata": Out(p.line_bits),
+            "act_rdata": In(p.line_bits),
+            # ACC: one read port, one write port
+            "acc_raddr": Out(p.acc_bits), "acc_rdata": In(p.acc_line_bits),
+            "acc_waddr": Out(p.acc_bits), "acc_wdata": Out(p.acc_line_bits), "acc_we": Out(1),
+            "wgt_addr": Out(p.wgt_bits), "wgt_data": In(p.line_bits),
+            "param_addr": Out(p.param_bits), "param_data": In(p.beat_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.p
+        m.submodules.gemm = gemm = GemmEngine(p)
+        m.submodules.post = post = PostEngine(p)
+        m.submodules.fill = fill = FillEngine(p)
+        op = opcode(self.word)
+        for eng, ops in ((gemm, (isa.Op.GEMM,)), (post, (isa.Op.PPU, isa.Op.VEC)), (fill, (isa.Op.FILL,))):
+            hit = 0
+            for o in ops:
+                hit = hit | (op == o)
+            m.d.comb += [eng.start.eq(self.start & hit), eng.word.eq(self.word)]
+        m.d.comb += [
+            self.accept_gemm.eq(gemm.accept & ~post.busy & ~fill.busy),
+            self.busy.eq(gemm.busy | post.busy | fill.busy),
+            self.act_addr.eq(gemm.act_addr | post.act_addr | fill.act_addr),
+            self.act_we.eq(post.act_we | fill.act_we),
+            self.act_wdata.eq(post.act_wdata | fill.act_wdata),
+            gemm.act_data.eq(self.act_rdata), post.act_data.eq(self.act_rdata),
+            self.acc_raddr.eq(gemm.acc_raddr | post.acc_raddr),
+            gemm.acc_rdata.eq(self.acc_rdata), post.acc_rdata.eq(self.acc_rdata),
+            self.acc_waddr.eq(gemm.acc_waddr), self.acc_wdata.eq(gemm.acc_wdata), self.acc_we.eq(gemm.acc_we),
+            self.wgt_addr.eq(gemm.wgt_addr), gemm.wgt_data.eq(self.wgt_data),
+            self.param_addr.eq(post.param_addr), post.param_data.eq(self.param_data),
+        ]
+        return m

@@ -1,0 +1,137 @@
+"""LOAD and STORE DMA engines on the dmem port (protocol: docs/tile.md section 5).
+
+LOAD (external -> ACT / WGT / PARAM): one read request per row (`len = row_beats`), one
+request per cycle while `ready`; beats come back in order, one per cycle, `Lm` cycles
+after their request. Each beat is registered with its on-chip address and written the
+next cycle. With an always-ready memory the unit is busy for
+`LOAD_OVERHEAD + Lm + rows*row_beats` cycles: requests start the cycle after issue, the
+last beat arrives at issue + Lm + total and is written one cycle later.
+
+STORE (ACT -> external): the engine reads one ACT line per cycle into a small FIFO
+(`STORE_FIFO_DEPTH` entries, with the read in flight counted, so it never overflows) and
+posts one write beat per cycle from the FIFO head while `ready`. Busy for
+`STORE_OVERHEAD + rows*row_beats` cycles with an always-ready memory: read in cycle c,
+FIFO written in c+1, beat posted in c+2.
+
+Both engines use the ACT DMA port (port B): LOAD into ACT writes it, STORE reads it, so
+the issue stage never runs them at the same time (a STORE waits for an ACT LOAD and vice
+versa; LOADs into WGT or PARAM overlap a STORE freely).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from hwc import isa
+
+from .loop import loop2d
+from .params import DRAM_ADDR_BITS, LEN_BITS, TileParams, field
+
+STORE_FIFO_DEPTH = 4
+
+
+class LoadEngine(wiring.Component):
+    def __init__(self, p: TileParams):
+        self.p = p
+        self.sram_bits = max(p.act_bits, p.wgt_bits, p.param_bits)
+        super().__init__({
+            "start": In(1),
+            "word": In(isa.INSN_BITS),
+            "busy": Out(1),
+            "act_busy": Out(1),           # busy with a LOAD into ACT (excludes STORE)
+            "rd_addr": Out(DRAM_ADDR_BITS),
+            "rd_len": Out(LEN_BITS),
+            "rd_valid": Out(1),
+            "rd_ready": In(1),
+            "rdata": In(p.beat_bits),
+            "rdata_valid": In(1),
+            # one write per cycle into the memory selected by `mem`
+            "act_we": Out(1), "wgt_we": Out(1), "param_we": Out(1),
+            "waddr": Out(self.sram_bits),
+            "wdata": Out(p.beat_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.p
+        op = isa.Op.LOAD
+        w = self.word
+        busy = Signal()
+        mem = Signal(2)
+        # request side: one request per row
+        req_active = Signal()
+        req = loop2d(m, "req", load=self.start, step=self.rd_valid & self.rd_ready,
+                     n_outer=field(w, op, "rows"), n_inner=Const(1, 1),
+                     streams=[(field(w, op, "dram"), field(w, op, "dram_stride"), Const(0, 1), DRAM_ADDR_BITS)])
+        row_beats = Signal(LEN_BITS)
+        m.d.comb += [self.rd_valid.eq(req_active), self.rd_addr.eq(req.ptrs[0]), self.rd_len.eq(row_beats)]
+        # receive side: one beat per rdata_valid, into sram + r*sram_stride + j
+        rcv = loop2d(m, "rcv", load=self.start, step=self.rdata_valid & busy,
+                     n_outer=field(w, op, "rows"), n_inner=field(w, op, "row_beats"),
+                     streams=[(field(w, op, "sram"), field(w, op, "sram_stride"), Const(1, 1),
+                               self.sram_bits)])
+        wv, wlast = Signal(), Signal()
+        waddr, wdata = Signal(self.sram_bits), Signal(p.beat_bits)
+        m.d.sync += [wv.eq(self.rdata_valid & busy), wlast.eq(rcv.last), waddr.eq(rcv.ptrs[0]),
+                     wdata.eq(self.rdata)]
+        m.d.comb += [self.waddr.eq(waddr), self.wdata.eq(wdata),
+                     self.act_we.eq(wv & (mem == isa.Mem.ACT)), self.wgt_we.eq(wv & (mem == isa.Mem.WGT)),
+                     self.param_we.eq(wv & (mem == isa.Mem.PARAM))]
+        with m.If(self.rd_valid & self.rd_ready & req.last):
+            m.d.sync += req_active.eq(0)
+        with m.If(wv & wlast):
+            m.d.sync += busy.eq(0)
+        with m.If(self.start):
+            m.d.sync += [busy.eq(1), req_active.eq(1), mem.eq(field(w, op, "mem")),
+                         row_beats.eq(field(w, op, "row_beats"))]
+        m.d.comb += [self.busy.eq(busy), self.act_busy.eq(busy & (mem == isa.Mem.ACT))]
+        return m
+
+
+class StoreEngine(wiring.Component):
+    def __init__(self, p: TileParams):
+        self.p = p
+        super().__init__({
+            "start": In(1),
+            "word": In(isa.INSN_BITS),
+            "busy": Out(1),
+            "act_addr": Out(p.act_bits),
+            "act_re": Out(1),
+            "act_data": In(p.line_bits),
+            "wr_addr": Out(DRAM_ADDR_BITS),
+            "wr_data": Out(p.beat_bits),
+            "wr_valid": Out(1),
+            "wr_ready": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.p
+        op = isa.Op.STORE
+        w = self.word
+        m.submodules.fifo = fifo = SyncFIFO(width=p.beat_bits + DRAM_ADDR_BITS, depth=STORE_FIFO_DEPTH)
+        active = Signal()
+        pending = Signal()
+        pend_addr = Signal(DRAM_ADDR_BITS)
+        room = (fifo.level + pending) < STORE_FIFO_DEPTH
+        rd = active & room
+        loop = loop2d(m, "st", load=self.start, step=rd,
+                      n_outer=field(w, op, "rows"), n_inner=field(w, op, "row_beats"),
+                      streams=[(field(w, op, "sram"), field(w, op, "sram_stride"), Const(1, 1), p.act_bits),
+                               (field(w, op, "dram"), field(w, op, "dram_stride"), Const(1, 1),
+                                DRAM_ADDR_BITS)])
+        m.d.comb += [self.act_re.eq(rd), self.act_addr.eq(Mux(rd, loop.ptrs[0], 0))]
+        m.d.sync += [pending.eq(rd), pend_addr.eq(loop.ptrs[1])]
+        m.d.comb += [fifo.w_en.eq(pending), fifo.w_data.eq(Mux(pending, (pend_addr << p.beat_bits) | self.act_data,
+                                                                  0)),
+                     self.wr_valid.eq(fifo.r_rdy), self.wr_data.eq(fifo.r_data[:p.beat_bits]),
+                     self.wr_addr.eq(fifo.r_data[p.beat_bits:]), fifo.r_en.eq(self.wr_ready)]
+        with m.If(rd & loop.last):
+            m.d.sync += active.eq(0)
+        with m.If(self.start):
+            m.d.sync += active.eq(1)
+        m.d.comb += self.busy.eq(active | pending | (fifo.level != 0))
+        return m

@@ -1,0 +1,83 @@
+"""`hwc hw`: the tile's Verilog (Amaranth's backend) and a JSON description of it.
+
+Outputs, written atomically (a temporary directory next to the outputs, then one
+`os.replace` per file) and deterministically (no source paths, no timestamps: the same
+target gives a byte-identical tile.v):
+  tile.v     the whole tile, top module `tile` (clock `clk`, synchronous reset `rst`)
+  tile.json  ports with directions and widths, parameters, timing constants, the canonical
+             configuration name (target['derived']['config_name']) and tile.v's SHA-256
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from amaranth.back import verilog
+from amaranth.hdl import Shape
+from amaranth.lib import wiring
+
+from hwc import isa
+
+from .params import TileParams
+from .tile import Tile
+
+TOP = "tile"
+
+
+def ports_of(component: wiring.Component) -> list[dict]:
+    out = [{"name": "clk", "dir": "in", "width": 1}, {"name": "rst", "dir": "in", "width": 1}]
+    for name, member in component.signature.members.items():
+        out.append({"name": name, "dir": "in" if member.flow == wiring.In else "out",
+                    "width": Shape.cast(member.shape).width})
+    return out
+
+
+def verilog_text(target: dict) -> tuple[str, Tile]:
+    tile = Tile(target)
+    return verilog.convert(tile, name=TOP, emit_src=False, strip_internal_attrs=True), tile
+
+
+def describe(target: dict, tile: Tile, text: str) -> dict:
+    p = TileParams.from_target(target)
+    return {
+        "top": TOP,
+        "target": target["name"],
+        "config_name": target["derived"]["config_name"],
+        "parameters": p.as_dict(),
+        "timing": dataclasses.asdict(isa.Timing.from_target(target)),
+        "isa": {"insn_bits": isa.INSN_BITS, "error_codes": {e.name: int(e) for e in isa.ErrorCode}},
+        "ports": ports_of(tile),
+        "verilog_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "peak_gops": target["derived"]["peak_gops"],
+    }
+
+
+def write_atomic(outdir: Path, files: dict[str, str]) -> None:
+    outdir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".hwc-tmp-", dir=outdir))
+    try:
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        for name in files:
+            os.replace(tmp / name, outdir / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def generate(target: dict, outdir) -> dict:
+    """Write tile.v and tile.json for a validated tile target into `outdir`; returns the JSON dict."""
+    if target.get("kind") != "tile":
+        from hwc.errors import TargetError
+
+        raise TargetError(f"Target {target.get('name')!r} is of kind {target.get('kind')!r}: `hwc hw` "
+                          f"generates hardware for tile targets only (e.g. --target tile8x8).")
+    text, tile = verilog_text(target)
+    info = describe(target, tile, text)
+    write_atomic(Path(outdir), {"tile.v": text, "tile.json": json.dumps(info, indent=2, sort_keys=True) + "\n"})
+    return info

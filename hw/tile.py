@@ -1,0 +1,188 @@
+"""The tile: memories, fetch, in-order issue, LOAD / COMPUTE / STORE units, status.
+
+Issue (docs/tile.md section 4): the FIFO head issues in the first cycle in which its
+wait-mask units are idle and its own unit accepts it; one instruction per cycle, in
+program order. Why wait-for-idle masks with in-order issue rather than a scoreboard or
+VTA's dependency-token queues: the compiler knows every address statically, so it can
+name exactly the units an instruction depends on; with one instruction in flight per unit
+(plus the GEMM preload/stream overlap), each instruction's start and end are closed
+forms of earlier ones, so the Python model computes cycle counts per instruction and the
+scheduler can predict them; the hardware is a handful of gates instead of address
+comparators or token FIFOs. The cost is conservatism: waiting for a whole unit can delay
+an independent instruction, which the scheduler avoids by ordering.
+
+Errors are computed in pre-decode (hw/fetch.py). A head with an error code halts the tile
+in the cycle it reaches the head: `error`, `error_code` and `error_pc` (its instruction
+index) are set, nothing of it is issued, fetch stops; instructions issued before it
+complete. The ACT DMA port is shared by LOAD-into-ACT and STORE: each waits for the other.
+
+Memories (sizes from the target; read ports synchronous, one cycle, old data when the port
+itself writes the address):
+  ACT   line_bits x act_lines, two read/write ports: A = compute unit, B = DMA (a read sees
+        the other port's same-cycle write: the block-RAM-mappable choice)
+  ACC   acc_line_bits x acc_lines, one read (GEMM RMW / PPU), one write (GEMM)
+  WGT   two banks of line_bits x wgt_bank_blocks*N rows (ping-pong: LOAD writes one bank
+        while GEMM preloads from the other; the bank is the top row-address bit)
+  PARAM beat_bits x param_entries*PARAM_ENTRY_BEATS
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hwc import isa
+
+from .compute import ComputeUnit
+from .dma import LoadEngine, StoreEngine
+from .fetch import Fetch
+from .params import CYCLE_BITS, DRAM_ADDR_BITS, LEN_BITS, PC_BITS, TileParams, field, opcode, wait_mask
+
+
+def tile_signature(p: TileParams) -> dict:
+    return {
+        # control / status
+        "start": In(1), "prog_addr": In(PC_BITS),
+        "done": Out(1), "busy": Out(1), "error": Out(1), "error_code": Out(isa.ERROR_CODE_BITS),
+        "error_pc": Out(PC_BITS), "cycles": Out(CYCLE_BITS),
+        # instruction read port
+        "imem_addr": Out(PC_BITS), "imem_valid": Out(1), "imem_ready": In(1),
+        "imem_data": In(isa.INSN_BITS), "imem_data_valid": In(1),
+        # data port: read requests, read data, posted writes
+        "dmem_rd_addr": Out(DRAM_ADDR_BITS), "dmem_rd_len": Out(LEN_BITS), "dmem_rd_valid": Out(1),
+        "dmem_rd_ready": In(1), "dmem_rdata": In(p.beat_bits), "dmem_rdata_valid": In(1),
+        "dmem_wr_addr": Out(DRAM_ADDR_BITS), "dmem_wr_data": Out(p.beat_bits), "dmem_wr_valid": Out(1),
+        "dmem_wr_ready": In(1),
+        # observation (testbench monitors, performance counters)
+        "dbg_issue": Out(1), "dbg_pc": Out(PC_BITS), "dbg_unit_busy": Out(3),
+    }
+
+
+class Tile(wiring.Component):
+    def __init__(self, target: dict):
+        self.p = TileParams.from_target(target)
+        super().__init__(tile_signature(self.p))
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.p
+        m.submodules.fetch = fetch = Fetch(p)
+        m.submodules.load = load = LoadEngine(p)
+        m.submodules.store = store = StoreEngine(p)
+        m.submodules.compute = cmp = ComputeUnit(p)
+
+        # ---- memories ----
+        m.submodules.act = act = Memory(shape=p.line_bits, depth=p.act_lines, init=[])
+        m.submodules.acc = acc = Memory(shape=p.acc_line_bits, depth=p.acc_lines, init=[])
+        m.submodules.param = param = Memory(shape=p.beat_bits, depth=p.param_beats, init=[])
+        banks = []
+        for b in range(2):
+            mem = Memory(shape=p.line_bits, depth=p.wgt_bank_rows, init=[])
+            m.submodules[f"wgt{b}"] = mem
+            banks.append(mem)
+
+        # Each port reads the old value when it writes the same address itself, and the new value
+        # when the *other* port writes it: block RAMs leave cross-port collisions undefined, and
+        # yosys implements "new" with a small bypass but cannot implement "old" (it would fall back
+        # to flip-flops). Correct programs never collide (a wait mask orders LOAD and compute).
+        a_w, b_w = act.write_port(), act.write_port()
+        a_r, b_r = act.read_port(transparent_for=(b_w,)), act.read_port(transparent_for=(a_w,))
+        m.d.comb += [a_r.addr.eq(cmp.act_addr), a_w.addr.eq(cmp.act_addr), a_w.en.eq(cmp.act_we),
+                     a_w.data.eq(cmp.act_wdata), cmp.act_rdata.eq(a_r.data)]
+        b_addr = Mux(load.act_we, load.waddr[:p.act_bits], store.act_addr)
+        m.d.comb += [b_r.addr.eq(b_addr), b_w.addr.eq(b_addr), b_w.en.eq(load.act_we), b_w.data.eq(load.wdata),
+                     store.act_data.eq(b_r.data)]
+
+        c_r, c_w = acc.read_port(), acc.write_port()
+        m.d.comb += [c_r.addr.eq(cmp.acc_raddr), cmp.acc_rdata.eq(c_r.data),
+                     c_w.addr.eq(cmp.acc_waddr), c_w.data.eq(cmp.acc_wdata), c_w.en.eq(cmp.acc_we)]
+
+        bank_bits = p.wgt_bits - 1
+        rbank = Signal()
+        m.d.sync += rbank.eq(cmp.wgt_addr[bank_bits])
+        rdata = []
+        for b, mem in enumerate(banks):
+            r, wp = mem.read_port(), mem.write_port()
+            m.d.comb += [r.addr.eq(cmp.wgt_addr[:bank_bits]), wp.addr.eq(load.waddr[:bank_bits]),
+                         wp.data.eq(load.wdata), wp.en.eq(load.wgt_we & (load.waddr[bank_bits] == b))]
+            rdata.append(r.data)
+        m.d.comb += cmp.wgt_data.eq(Mux(rbank, rdata[1], rdata[0]))
+
+        pr, pw = param.read_port(), param.write_port()
+        m.d.comb += [pr.addr.eq(cmp.param_addr), cmp.param_data.eq(pr.data),
+                     pw.addr.eq(load.waddr[:p.param_bits]), pw.data.eq(load.wdata), pw.en.eq(load.param_we)]
+
+        # ---- external ports ----
+        m.d.comb += [self.imem_addr.eq(fetch.imem_addr), self.imem_valid.eq(fetch.imem_valid),
+                     fetch.imem_ready.eq(self.imem_ready), fetch.imem_data.eq(self.imem_data),
+                     fetch.imem_data_valid.eq(self.imem_data_valid),
+                     self.dmem_rd_addr.eq(load.rd_addr), self.dmem_rd_len.eq(load.rd_len),
+                     self.dmem_rd_valid.eq(load.rd_valid), load.rd_ready.eq(self.dmem_rd_ready),
+                     load.rdata.eq(self.dmem_rdata), load.rdata_valid.eq(self.dmem_rdata_valid),
+                     self.dmem_wr_addr.eq(store.wr_addr), self.dmem_wr_data.eq(store.wr_data),
+                     self.dmem_wr_valid.eq(store.wr_valid), store.wr_ready.eq(self.dmem_wr_ready)]
+
+        # ---- status ----
+        running = Signal()
+        pc = Signal(PC_BITS)
+        busy = running | fetch.busy | load.busy | store.busy | cmp.busy
+        start = self.start & ~busy
+        m.d.comb += [self.busy.eq(busy), fetch.start.eq(start), fetch.run.eq(running),
+                     fetch.prog_addr.eq(self.prog_addr)]
+        with m.If(running):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+
+        # ---- issue ----
+        word = fetch.head_word
+        op = opcode(word)
+        wait = wait_mask(word)
+        idle = {isa.Wait.LOAD: ~load.busy, isa.Wait.COMPUTE: ~cmp.busy, isa.Wait.STORE: ~store.busy}
+        wait_ok = 1
+        for k, (flag, unit_idle) in enumerate(idle.items()):
+            assert flag == 1 << k
+            wait_ok = wait_ok & (~wait[k] | unit_idle)
+        all_idle = idle[isa.Wait.LOAD] & idle[isa.Wait.COMPUTE] & idle[isa.Wait.STORE]
+        can = Signal()
+        with m.Switch(op):
+            with m.Case(isa.Op.LOAD):
+                m.d.comb += can.eq(~load.busy & ((field(word, isa.Op.LOAD, "mem") != isa.Mem.ACT) | ~store.busy))
+            with m.Case(isa.Op.STORE):
+                m.d.comb += can.eq(~store.busy & ~load.act_busy)
+            with m.Case(isa.Op.GEMM):
+                m.d.comb += can.eq(cmp.accept_gemm)
+            with m.Case(isa.Op.PPU, isa.Op.VEC, isa.Op.FILL):
+                m.d.comb += can.eq(~cmp.busy)
+            with m.Case(isa.Op.FINISH):
+                m.d.comb += can.eq(all_idle)
+            with m.Default():  # NOP
+                m.d.comb += can.eq(1)
+        head = running & fetch.head_valid
+        fault = head & (fetch.head_err != isa.ErrorCode.NONE)
+        issue = head & ~fault & wait_ok & can
+        m.d.comb += [fetch.pop.eq(issue),
+                     load.start.eq(issue & (op == isa.Op.LOAD)), load.word.eq(word),
+                     store.start.eq(issue & (op == isa.Op.STORE)), store.word.eq(word),
+                     cmp.start.eq(issue & isa_compute(op)), cmp.word.eq(word),
+                     self.dbg_issue.eq(issue), self.dbg_pc.eq(pc),
+                     self.dbg_unit_busy.eq(Cat(load.busy, cmp.busy, store.busy))]
+        with m.If(issue):
+            m.d.sync += pc.eq(pc + 1)
+            with m.If(op == isa.Op.FINISH):
+                m.d.sync += [running.eq(0), self.done.eq(1)]
+        with m.If(fault):
+            m.d.sync += [running.eq(0), self.error.eq(1), self.error_code.eq(fetch.head_err),
+                         self.error_pc.eq(pc)]
+        with m.If(start):
+            m.d.sync += [running.eq(1), pc.eq(0), self.cycles.eq(0), self.done.eq(0), self.error.eq(0),
+                         self.error_code.eq(0), self.error_pc.eq(0)]
+        return m
+
+
+def isa_compute(op):
+    out = 0
+    for o, unit in isa.UNIT_OF.items():
+        if unit == isa.Unit.COMPUTE:
+            out = out | (op == o)
+    return out

@@ -1,0 +1,1 @@
+"""Backends: code generation for a target kind (cpu: LLVM)."""

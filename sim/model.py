@@ -1,0 +1,370 @@
+"""The fast Python tile model: bit-exact results and exact cycle counts, per instruction.
+
+`TileModel(target).run(program, dram, prog_addr)` executes an instruction stream the way
+the RTL does (docs/tile.md): every instruction's data effect is one numpy operation over
+its whole 2-D loop (never a Python loop per line or per cycle), using the integer
+arithmetic of hwc/quant/arith.py; its issue, start and end cycles are closed forms of the
+earlier instructions' (hwc.isa.Timing). The RTL testbenches check both against the
+generated Verilog, instruction by instruction.
+
+Conventions (the same as the RTL's ports):
+- `dram` is the external memory image (bytes; beats of `bus.bytes`); the program is read
+  from `dram` at instruction index `prog_addr` (byte address `prog_addr * 16`), and
+  `program`, if given, is first written there.
+- Data semantics are program order. The hardware runs LOAD, COMPUTE and STORE
+  concurrently, so a program must order dependent instructions with wait masks; an
+  instruction whose writes overlap its own later reads (e.g. a VEC whose `out` lines are
+  read as `a` by a later iteration) is unspecified, except exact in-place (same iteration).
+- Cycle 0 is the first cycle after `start`; `cycles` is the cycle `done` rises (or the
+  cycle after the faulting instruction reached the head, on an error), equal to the RTL's
+  cycle counter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hwc import isa
+from hwc.quant import arith
+
+Op, Mem, E = isa.Op, isa.Mem, isa.ErrorCode
+EXT_BEATS = 1 << isa.LAYOUT[Op.LOAD]["dram"][1].width
+_W_LOAD, _W_COMPUTE, _W_STORE = int(isa.Wait.LOAD), int(isa.Wait.COMPUTE), int(isa.Wait.STORE)
+
+
+class ModelError(ValueError):
+    """The program or memory image is outside what the model can run (not a tile error)."""
+
+
+@dataclass
+class Result:
+    cycles: int                       # cycle `done` (or the error flag) rises, = the RTL cycle counter
+    done: bool
+    error: isa.ErrorCode
+    error_pc: int | None
+    ops: np.ndarray                   # opcode per executed instruction
+    issue: np.ndarray                 # issue cycle per instruction
+    start: np.ndarray                 # cycle its unit starts it (GEMM: its stream start)
+    end: np.ndarray                   # cycle its unit is free of it (idle from then on if nothing follows)
+    busy: dict[str, int] = field(default_factory=dict)  # cycles each unit was busy: [issue + 1, end), united
+    bytes_loaded: int = 0
+    bytes_stored: int = 0
+    macs: int = 0                     # N*N per streamed GEMM line
+    insns: int = 0
+
+    def summary(self) -> str:
+        state = "done" if self.done else f"error {self.error.name} at pc {self.error_pc}"
+        return (f"{self.insns} instructions, {self.cycles} cycles, {state}; busy "
+                + ", ".join(f"{k} {v}" for k, v in self.busy.items())
+                + f"; {self.bytes_loaded} B loaded, {self.bytes_stored} B stored, {self.macs} MACs")
+
+
+class _Busy:
+    """Union length of in-order busy intervals [s, e)."""
+
+    def __init__(self):
+        self.total = 0
+        self.until = 0
+
+    def add(self, s: int, e: int) -> None:
+        s = max(s, self.until)
+        if e > s:
+            self.total += e - s
+            self.until = e
+
+
+def _decoders():
+    """op -> tuple of (name, lsb, mask, sign bit or 0): field extraction without isa.decode's objects."""
+    out = {}
+    for op, table in isa.LAYOUT.items():
+        out[int(op)] = tuple((name, pos, (1 << f.width) - 1, (1 << (f.width - 1)) if f.signed else 0)
+                             for name, (pos, f) in table.items())
+    return out
+
+
+_FIELDS = _decoders()
+_OPS = {int(o) for o in Op}
+
+
+def _grid(base: int, no: int, so: int, ni: int, si: int) -> np.ndarray | slice:
+    """Addresses base + i*so + j*si (i outer), as a slice when they are an increasing
+    arithmetic progression (the common case: no index arrays), else a flat int64 array."""
+    if ni == 1:
+        step, count = so, no
+    elif no == 1 or so == ni * si:
+        step, count = si, no * ni
+    else:
+        step = count = 0
+    if step > 0:
+        return slice(base, base + (count - 1) * step + 1, step)
+    return (base + np.arange(no, dtype=np.int64)[:, None] * so + np.arange(ni, dtype=np.int64)[None, :] * si).ravel()
+
+
+def _range_ok(base: int, no: int, so: int, ni: int, si: int, limit: int) -> bool:
+    po, pi = (no - 1) * so, (ni - 1) * si
+    return base + min(0, po) + min(0, pi) >= 0 and base + max(0, po) + max(0, pi) < limit
+
+
+def _last_wins(idx: np.ndarray | slice) -> np.ndarray | None:
+    """Positions to keep so that a scatter with repeated indices keeps the last write (None: all unique)."""
+    if isinstance(idx, slice) or idx.size < 2:
+        return None
+    d = np.diff(idx)
+    if (d > 0).all() or (d < 0).all():
+        return None
+    _, first_rev = np.unique(idx[::-1], return_index=True)
+    return np.sort(idx.size - 1 - first_rev)
+
+
+def _scatter(dst: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
+    keep = _last_wins(idx)
+    if keep is None:
+        dst[idx] = vals
+    else:
+        dst[idx[keep]] = vals[keep]
+
+
+class TileModel:
+    def __init__(self, target: dict):
+        if target.get("kind") != "tile":
+            raise ModelError(f"TileModel needs a tile target, not {target.get('name')!r}")
+        self.target = target
+        self.t = isa.Timing.from_target(target)
+        sp = target["scratchpad"]
+        self.n = target["array"]["rows"]
+        self.beat = target["bus"]["bytes"]
+        self.act_lines, self.acc_lines = sp["act_lines"], sp["acc_lines"]
+        self.wgt_blocks = 2 * sp["wgt_bank_blocks"]
+        self.wgt_rows = self.wgt_blocks * self.n
+        self.param_entries = sp["param_entries"]
+        self.param_beats = self.param_entries * self.t.PARAM_ENTRY_BEATS
+        self.reset()
+
+    def reset(self) -> None:
+        """Clear the on-chip memories (the RTL's power-on state: all zero)."""
+        n = self.n
+        self.act = np.zeros((self.act_lines, n), np.int8)
+        self.acc = np.zeros((self.acc_lines, n), np.int32)
+        self.wgt = np.zeros((self.wgt_rows, n), np.int8)
+        self.param = np.zeros((self.param_beats, self.beat), np.uint8)
+
+    # ---- checks (identical to the RTL's pre-decode, hw/fetch.py) ----
+    def check(self, op: int, f: dict) -> isa.ErrorCode:
+        if op not in _OPS:
+            return E.ILLEGAL_OPCODE
+        if op == Op.LOAD:
+            counts, bad = (f["rows"], f["row_beats"]), f["mem"] > max(Mem)
+        elif op == Op.STORE:
+            counts, bad = (f["rows"], f["row_beats"]), False
+        elif op in (Op.GEMM, Op.PPU):
+            counts, bad = (f["n_outer"], f["n_inner"]), False
+        elif op == Op.VEC:
+            counts, bad = (f["n_outer"], f["n_inner"]), f["op"] > max(isa.VecOp)
+        elif op == Op.FILL:
+            counts, bad = (f["count"],), False
+        else:
+            return E.NONE
+        if bad or 0 in counts:
+            return E.BAD_FIELD
+        return E.NONE if all(_range_ok(*r) for r in self._ranges(op, f)) and self._scalars_ok(op, f) \
+            else E.OUT_OF_RANGE
+
+    def _ranges(self, op: int, f: dict) -> list[tuple]:
+        if op in (Op.LOAD, Op.STORE):
+            limit = self.act_lines if op == Op.STORE else {Mem.ACT: self.act_lines, Mem.WGT: self.wgt_rows,
+                                                           Mem.PARAM: self.param_beats}[f["mem"]]
+            return [(f["dram"], f["rows"], f["dram_stride"], f["row_beats"], 1, EXT_BEATS),
+                    (f["sram"], f["rows"], f["sram_stride"], f["row_beats"], 1, limit)]
+        no, ni = f.get("n_outer"), f.get("n_inner")
+        if op == Op.GEMM:
+            return [(f["act"], no, f["act_so"], ni, f["act_si"], self.act_lines),
+                    (f["acc"], no, f["acc_so"], ni, f["acc_si"], self.acc_lines)]
+        if op == Op.PPU:
+            return [(f["acc"], no, f["acc_so"], ni, f["acc_si"], self.acc_lines),
+                    (f["out"], no, f["out_so"], ni, f["out_si"], self.act_lines)]
+        if op == Op.VEC:
+            return [(f["a"], no, f["in_so"], ni, f["in_si"], self.act_lines),
+                    (f["b"], no, f["in_so"], ni, f["in_si"], self.act_lines),
+                    (f["out"], no, f["out_so"], ni, f["out_si"], self.act_lines)]
+        return [(f["addr"], 1, 0, f["count"], 1, self.act_lines)]  # FILL
+
+    def _scalars_ok(self, op: int, f: dict) -> bool:
+        if op == Op.GEMM:
+            return f["wblk"] < self.wgt_blocks
+        if op in (Op.PPU, Op.VEC):
+            return f["param"] < self.param_entries
+        return True
+
+    # ---- run ----
+    def run(self, program: bytes | None, dram: bytearray, prog_addr: int = 0, max_insns: int = 10_000_000) -> Result:
+        if not isinstance(dram, bytearray):
+            raise ModelError("dram must be a bytearray (the model writes STORE results into it)")
+        base = prog_addr * isa.INSN_BYTES
+        if program is not None:
+            if base + len(program) > len(dram):
+                raise ModelError(f"the program ({len(program)} B at byte {base}) does not fit the {len(dram)}-byte "
+                                 f"memory image")
+            dram[base:base + len(program)] = program
+        t = self.t
+        mem = np.frombuffer(dram, np.uint8)
+        beats = mem[:len(mem) // self.beat * self.beat].reshape(-1, self.beat)
+
+        issue: list[int] = []
+        starts: list[int] = []
+        ends: list[int] = []
+        ops: list[int] = []
+        busy = {"load": _Busy(), "compute": _Busy(), "store": _Busy()}
+        load_end = store_end = act_load_end = cmp_end = gemm_accept = stream_end = 0
+        res = dict(done=False, error=E.NONE, error_pc=None, cycles=0)
+        stats = dict(bytes_loaded=0, bytes_stored=0, macs=0)
+        depth, n = t.FIFO_DEPTH, self.n
+        k = 0
+        while True:
+            if k >= max_insns:
+                raise ModelError(f"no FINISH within {max_insns} instructions")
+            a = base + k * isa.INSN_BYTES
+            if a + isa.INSN_BYTES > len(dram):
+                raise ModelError(f"instruction {k} (byte {a}) is past the end of the memory image: "
+                                 f"the program has no FINISH")
+            word = int.from_bytes(dram[a:a + isa.INSN_BYTES], "little")
+            request = k if k < depth else max(k, issue[k - depth] + 1)
+            t0 = max(request + t.FETCH_LATENCY, issue[-1] + 1 if issue else 0)
+            op = word & ((1 << isa.OPCODE_BITS) - 1)
+            f = {}
+            for name, pos, mask, sign in _FIELDS.get(op, ()):
+                v = (word >> pos) & mask
+                f[name] = v - ((v & sign) << 1) if sign else v
+            err = self.check(op, f)
+            if err:
+                res.update(error=err, error_pc=k, cycles=t0 + 1)
+                break
+            wait = (word >> isa.WAIT_LSB) & ((1 << isa.WAIT_BITS) - 1)
+            ti = t0
+            if wait & _W_LOAD:
+                ti = max(ti, load_end)
+            if wait & _W_COMPUTE:
+                ti = max(ti, cmp_end)
+            if wait & _W_STORE:
+                ti = max(ti, store_end)
+            start = ti
+            if op == Op.LOAD:
+                ti = max(ti, load_end, store_end if f["mem"] == Mem.ACT else 0)
+                total = f["rows"] * f["row_beats"]
+                start, end = ti, ti + t.LOAD_OVERHEAD + t.LM + total
+                load_end = end
+                if f["mem"] == Mem.ACT:
+                    act_load_end = end
+                busy["load"].add(ti + 1, end)
+                self._load(f, beats)
+                stats["bytes_loaded"] += total * self.beat
+            elif op == Op.STORE:
+                ti = max(ti, store_end, act_load_end)
+                total = f["rows"] * f["row_beats"]
+                start, end = ti, ti + t.STORE_OVERHEAD + total
+                store_end = end
+                busy["store"].add(ti + 1, end)
+                self._store(f, beats)
+                stats["bytes_stored"] += total * self.beat
+            elif op == Op.GEMM:
+                ti = max(ti, gemm_accept)
+                p = f["n_outer"] * f["n_inner"]
+                start = max(ti + n + t.GEMM_SETUP, stream_end)
+                stream_end = start + p
+                gemm_accept = start
+                end = stream_end + t.GEMM_LATENCY
+                cmp_end = max(cmp_end, end)
+                busy["compute"].add(ti + 1, end)
+                self._gemm(f)
+                stats["macs"] += p * n * n
+            elif op in (Op.PPU, Op.VEC, Op.FILL):
+                ti = max(ti, cmp_end)
+                if op == Op.PPU:
+                    end = ti + t.PPU_OVERHEAD + f["n_outer"] * f["n_inner"]
+                    self._ppu(f)
+                elif op == Op.VEC:
+                    end = ti + t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * f["n_outer"] * f["n_inner"]
+                    self._vec(f)
+                else:
+                    end = ti + t.FILL_OVERHEAD + f["count"]
+                    self.act[f["addr"]:f["addr"] + f["count"]] = np.int8(np.uint8(f["value"]).view(np.int8))
+                start = ti
+                cmp_end = gemm_accept = end
+                busy["compute"].add(ti + 1, end)
+            elif op == Op.FINISH:
+                ti = max(ti, load_end, cmp_end, store_end)
+                start = end = ti
+            else:  # NOP
+                end = ti
+            issue.append(ti)
+            starts.append(start)
+            ends.append(end)
+            ops.append(op)
+            k += 1
+            if op == Op.FINISH:
+                res.update(done=True, cycles=ti + 1)
+                break
+        return Result(ops=np.array(ops, np.int64), issue=np.array(issue, np.int64),
+                      start=np.array(starts, np.int64), end=np.array(ends, np.int64),
+                      busy={u: b.total for u, b in busy.items()}, insns=len(issue), **res, **stats)
+
+    # ---- data effects, one numpy operation each ----
+    def _ext(self, f: dict, beats: np.ndarray) -> np.ndarray:
+        idx = _grid(f["dram"], f["rows"], f["dram_stride"], f["row_beats"], 1)
+        last = idx.stop - 1 if isinstance(idx, slice) else int(idx.max())
+        if last >= len(beats):
+            raise ModelError(f"external beat {last} is past the end of the {len(beats)}-beat memory image")
+        return idx
+
+    def _load(self, f: dict, beats: np.ndarray) -> None:
+        src = beats[self._ext(f, beats)]
+        dst = _grid(f["sram"], f["rows"], f["sram_stride"], f["row_beats"], 1)
+        if f["mem"] == Mem.ACT:
+            _scatter(self.act, dst, src.view(np.int8))
+        elif f["mem"] == Mem.WGT:
+            _scatter(self.wgt, dst, src.view(np.int8))
+        else:
+            _scatter(self.param, dst, src)
+
+    def _store(self, f: dict, beats: np.ndarray) -> None:
+        dst = self._ext(f, beats)
+        src = _grid(f["sram"], f["rows"], f["sram_stride"], f["row_beats"], 1)
+        _scatter(beats, dst, self.act[src].view(np.uint8))
+
+    def _gemm(self, f: dict) -> None:
+        n = self.n
+        w = self.wgt[f["wblk"] * n:(f["wblk"] + 1) * n].astype(np.float64)
+        x = self.act[_grid(f["act"], f["n_outer"], f["act_so"], f["n_inner"], f["act_si"])].astype(np.float64)
+        dot = (x @ w.T).astype(np.int32)  # exact: |dot| <= N * 2**14 < 2**53
+        idx = _grid(f["acc"], f["n_outer"], f["acc_so"], f["n_inner"], f["acc_si"])
+        if f["reset"]:
+            _scatter(self.acc, idx, dot)
+        elif _last_wins(idx) is None:
+            self.acc[idx] += dot  # int32 wraps, as the 32-bit adder
+        else:
+            np.add.at(self.acc, idx, dot)
+
+    def _entry(self, e: int) -> dict:
+        peb = self.t.PARAM_ENTRY_BEATS
+        return isa.unpack_param_entry(self.param[e * peb:(e + 1) * peb].tobytes(), self.n)
+
+    def _ppu(self, f: dict) -> None:
+        pe = self._entry(f["param"])
+        acc = self.acc[_grid(f["acc"], f["n_outer"], f["acc_so"], f["n_inner"], f["acc_si"])]
+        shift = np.clip(pe["shift"], arith.SHIFT_MIN, arith.SHIFT_MAX)
+        y = arith.requantize(acc + pe["bias"], pe["mult"], shift, pe["z_out"], pe["lo"], pe["hi"])
+        _scatter(self.act, _grid(f["out"], f["n_outer"], f["out_so"], f["n_inner"], f["out_si"]), y)
+
+    def _vec(self, f: dict) -> None:
+        no, ni = f["n_outer"], f["n_inner"]
+        a = self.act[_grid(f["a"], no, f["in_so"], ni, f["in_si"])]
+        b = self.act[_grid(f["b"], no, f["in_so"], ni, f["in_si"])]
+        if f["op"] == isa.VecOp.MAX:
+            y = np.maximum(a, b)
+        else:
+            pe = self._entry(f["param"])
+            shift = int(np.clip(pe["shift"][0], arith.SHIFT_MIN, arith.SHIFT_MAX))
+            y = arith.add_requantize(a, b, int(pe["bias"][0]), int(pe["bias"][1]), int(pe["mult"][0]),
+                                     int(pe["mult"][1]), shift, pe["z_out"], pe["lo"], pe["hi"])
+        _scatter(self.act, _grid(f["out"], no, f["out_so"], ni, f["out_si"]), y)

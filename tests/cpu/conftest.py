@@ -1,0 +1,7 @@
+"""Make tests/ importable (onnx_helpers) for the CPU backend tests in this folder."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,0 +1,58 @@
+"""Calibration: histograms and the four range methods on data whose answer is known."""
+
+import numpy as np
+import pytest
+
+from hwc.ir import Graph, TensorType
+from hwc.quant.calibrate import TensorStats, choose_range, clipped_fraction, collect_stats
+from hwc.quant.config import QuantConfig
+from hwc.quant.quantize import encodings
+
+
+def _stats(x: np.ndarray, bins: int = 2048) -> TensorStats:
+    lo, hi = float(x.min()), float(x.max())
+    return TensorStats(lo, hi, x.size, np.histogram(x, bins=bins, range=(lo, hi))[0])
+
+
+def test_minmax_and_percentile_on_known_data():
+    x = np.linspace(-1.0, 3.0, 400_001)
+    st = _stats(x)
+    assert choose_range(st, "minmax") == (-1.0, 3.0)
+    lo, hi = choose_range(st, "percentile", 99.0)      # 0.5% off each end of a uniform [-1, 3]
+    assert lo == pytest.approx(-0.98, abs=2e-3) and hi == pytest.approx(2.98, abs=2e-3)
+    assert clipped_fraction(st, lo, hi) == pytest.approx(0.01, abs=1e-3)
+    relu = _stats(np.maximum(x, 0))                    # after a ReLU: the range starts at 0
+    assert choose_range(relu, "percentile", 99.0)[0] == 0.0
+
+
+def test_mse_clips_a_gaussian_where_theory_says():
+    # 8-bit uniform quantization of N(0, 1): the MSE-optimal clip is near +-4 sigma at this
+    # sample size (the tails beyond ~4 sigma hold too little mass to pay for coarser steps)
+    x = np.random.default_rng(0).standard_normal(2_000_000)
+    lo, hi = choose_range(_stats(x), "mse")
+    assert 3.0 < -lo < 4.6 and 3.0 < hi < 4.6
+    assert -lo < -x.min() and hi < x.max()
+
+
+def test_entropy_ignores_the_zero_spike_and_keeps_most_mass():
+    rng = np.random.default_rng(1)
+    x = np.maximum(rng.standard_normal(500_000), 0)    # half exact zeros
+    lo, hi = choose_range(_stats(x), "entropy")
+    assert lo == 0.0 and 2.0 < hi <= x.max()
+    assert np.mean(x > hi) < 0.01
+
+
+def test_collect_stats_and_encodings_on_a_graph():
+    g = Graph("g")
+    g.add_input("x", TensorType("float32", (1, 4)))
+    g.make_node("Relu", ["x"], name="r", outputs=["y"])
+    g.outputs = ["y"]
+    xs = np.linspace(-2, 5, 4 * 50, dtype=np.float32).reshape(50, 1, 4)
+    st = collect_stats(g, {"x": xs}, bins=256)
+    assert (st["x"].min, st["x"].max, st["x"].count) == (-2.0, 5.0, 200)
+    assert st["y"].min == 0.0 and st["y"].hist.sum() == 200
+    enc = encodings(st, QuantConfig(method="minmax"))
+    assert enc["y"].zero_point == -128 and enc["y"].scale == pytest.approx(5 / 255)
+    assert enc["x"].scale == pytest.approx(7 / 255)
+    wide = encodings(st, QuantConfig(method="minmax", headroom=0.5))
+    assert wide["y"].scale == pytest.approx(7.5 / 255) and wide["y"].zero_point == -128

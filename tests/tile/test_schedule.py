@@ -1,0 +1,150 @@
+"""The tile scheduler, op by op and shape by shape: the tile model's outputs must equal the
+int8 reference interpreter's exactly (hypothesis draws odd sizes, strides, pads, groups)."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from qgraphs import QBuilder
+
+from hwc.errors import TargetError, UnsupportedError
+from hwc.ir import verify
+from hwc.ref.interp import run_graph
+from hwc.targets import load_target
+from hwc.tile.build import build_tile
+
+TARGETS = {name: load_target(name) for name in ("tile8x8", "tile32x32")}
+
+
+def check_exact(g, target, seed=0, im2col=True):
+    """Build for the tile (no HDL), run the tile model, compare every output with the int8 reference."""
+    verify(g)
+    art = build_tile(g, target, hdl=False, im2col=im2col)
+    rng = np.random.default_rng(seed)
+    feeds = {name: rng.integers(-128, 128, g.type(name).shape).astype(np.int8) for name in g.inputs}
+    got = art.run(feeds, engine="model")
+    want = run_graph(g, feeds)
+    for name in g.outputs:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=f"output {name}")
+    return art
+
+
+conv_cases = st.fixed_dictionaries({
+    "c": st.integers(1, 40), "m": st.integers(1, 40), "h": st.integers(1, 11), "w": st.integers(1, 13),
+    "k": st.sampled_from([1, 2, 3, 5]), "stride": st.sampled_from([1, 2, 3]),
+    "pads": st.lists(st.integers(0, 2), min_size=4, max_size=4), "depthwise": st.booleans(),
+    "dil": st.sampled_from([1, 1, 2]), "relu": st.booleans(), "target": st.sampled_from(sorted(TARGETS)),
+})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv_cases)
+def test_conv_shapes(case):
+    span = (case["k"] - 1) * case["dil"] + 1
+    h, w = case["h"] + span, case["w"] + span  # at least one output pixel
+    b = QBuilder(seed=case["c"] * 100 + case["m"])
+    x = b.input("x", (1, case["c"], h, w), zp=-7)
+    group = case["c"] if case["depthwise"] else 1
+    m = case["c"] if case["depthwise"] else case["m"]
+    y = b.conv(x, m, k=case["k"], stride=case["stride"], pads=case["pads"], group=group, relu=case["relu"],
+               dil=case["dil"])
+    # a second layer reads the first from the scratchpad (not a host-prepared input)
+    z = b.conv(y, 5, k=3, pads=[1, 1, 2, 1])
+    check_exact(b.output(z), TARGETS[case["target"]])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 70), st.integers(1, 50), st.integers(1, 9), st.sampled_from(sorted(TARGETS)))
+def test_gemm_batched(k, m, batch, target):
+    b = QBuilder(seed=k + m)
+    x = b.input("x", (batch, k), zp=3)
+    check_exact(b.output(b.gemm(x, m)), TARGETS[target])
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_flatten_gemm_is_a_whole_input_conv(target):
+    b = QBuilder(seed=3)
+    x = b.input("x", (1, 5, 6, 7), zp=1)
+    y = b.conv(x, 12, relu=True)
+    check_exact(b.output(b.gemm(b.flatten(y), 10)), TARGETS[target])
+
+
+pool_cases = st.fixed_dictionaries({
+    "c": st.integers(1, 20), "h": st.integers(3, 12), "w": st.integers(3, 12), "k": st.sampled_from([1, 2, 3]),
+    "s": st.sampled_from([1, 2, 3]), "pad": st.sampled_from([0, 1]), "kind": st.sampled_from(["max", "avg"]),
+    "target": st.sampled_from(sorted(TARGETS)),
+})
+
+
+@settings(max_examples=40, deadline=None)
+@given(pool_cases)
+def test_pooling(case):
+    pad = min(case["pad"], case["k"] - 1)
+    b = QBuilder(seed=case["c"])
+    x = b.input("x", (1, 4, case["h"] + 2, case["w"] + 2), zp=-2)
+    y = b.conv(x, case["c"], relu=True)  # pool a tile-resident tensor
+    pool = b.maxpool if case["kind"] == "max" else b.avgpool
+    z = pool(y, k=case["k"], s=case["s"], pads=(pad, pad, pad, pad))
+    check_exact(b.output(z), TARGETS[case["target"]])
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("c", [3, 8, 21, 64])
+def test_residual_add_and_global_pool(target, c):
+    b = QBuilder(seed=c)
+    x = b.input("x", (1, c, 9, 7), zp=4)
+    y = b.conv(x, c, relu=True)
+    z = b.conv(y, c, pads=[1, 1, 1, 1])
+    s = b.add(y, z, relu=True)
+    check_exact(b.output(b.gap(s)), TARGETS[target])
+
+
+def test_im2col_of_a_thin_first_layer_is_exact_and_counted():
+    b = QBuilder(seed=9)
+    x = b.input("x", (1, 3, 12, 12), zp=-3)
+    g = b.output(b.conv(x, 16, stride=2, pads=[0, 0, 1, 1]))
+    art = check_exact(g, TARGETS["tile8x8"])
+    assert art.report["host"]["im2col"], "27 taps fill 27 of 32 lanes instead of 3 of 8: im2col must be chosen"
+    plain = check_exact(g, TARGETS["tile8x8"], im2col=False)
+    assert art.report["cycles"] < plain.report["cycles"]
+
+
+def test_double_buffered_weight_loads_are_hidden():
+    b = QBuilder(seed=1)
+    x = b.input("x", (1, 32, 16, 16), zp=0)
+    y = b.conv(x, 64)
+    y = b.conv(y, 64)
+    art = check_exact(b.output(y), TARGETS["tile8x8"])
+    rep = art.report
+    assert rep["weight_load_cycles"] > 0
+    assert rep["weight_load_hidden"] >= 0.9, rep["weight_load_hidden"]
+
+
+def test_activations_too_large_for_the_scratchpad():
+    b = QBuilder()
+    x = b.input("x", (1, 64, 64, 64), zp=0)
+    g = b.output(b.conv(b.conv(x, 64), 64))
+    with pytest.raises(UnsupportedError, match=r"need \d+ ACT lines at once but target 'tile8x8' has 16384 "
+                                               r"\(scratchpad.act_lines\); the largest tensor"):
+        build_tile(g, TARGETS["tile8x8"], hdl=False)
+
+
+def test_inconsistent_target_yaml(tmp_path):
+    import yaml
+
+    doc = yaml.safe_load(open(load_target.__globals__["resources"].files("hwc.targets") / "tile8x8.yaml"))
+    doc["bus"]["bytes"] = 16
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(TargetError, match=r"bus.bytes \(16\) must equal array.cols \(8\)"):
+        load_target(str(p))
+    doc["bus"]["bytes"] = 8
+    doc["scratchpad"]["act_lines"] = 16
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(TargetError, match="act_lines 16 is too small for one block"):
+        load_target(str(p))
+    doc["scratchpad"]["act_lines"] = 8192
+    doc["array"]["rows"] = 12
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(TargetError, match="'array.rows' must be a positive power of two, not 12"):
+        load_target(str(p))
