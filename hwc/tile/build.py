@@ -21,15 +21,18 @@ from hwc.ir.serialize import load_graph, save_graph
 from hwc.ref.interp import run_graph, run_node
 from hwc.tile import host
 from hwc.tile.codegen import Codegen, TileProgram
-from hwc.tile.layers import TilePlan, host_im2col, im2col_first_layer, partition
+from hwc.tile.layers import TilePlan, host_im2col, im2col_first_layer, partition, space_to_depth
 
 
-def schedule(g: Graph, target: dict, *, im2col: bool = True) -> tuple[TilePlan, TileProgram]:
+def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
+             double_buffer: bool = True) -> tuple[TilePlan, TileProgram]:
     """Partition the int8 graph and generate the tile program."""
     plan = partition(g, target["array"]["rows"])
     if im2col:
         im2col_first_layer(plan, target["array"]["rows"], target["scratchpad"]["act_lines"])
-    return plan, Codegen(plan, target).run()
+    if stack:
+        space_to_depth(plan, target["array"]["rows"])
+    return plan, Codegen(plan, target, double_buffer=double_buffer).run()
 
 
 def tile_io(plan: TilePlan, prog: TileProgram) -> dict:
@@ -37,7 +40,7 @@ def tile_io(plan: TilePlan, prog: TileProgram) -> dict:
     def desc(name, dram):
         t = plan.tensors[name]
         return {"name": name, "c": t.c, "h": t.h, "w": t.w, "dram": dram, "shape": list(t.graph_shape),
-                "zero_point": t.zp}
+                "zero_point": t.zp, "s2d": t.s2d}
 
     views: dict[str, list[str]] = {}
     for v, base in plan.aliases.items():
@@ -79,6 +82,7 @@ class TileArtifact(Artifact):
             x = env[src]
             if t.get("im2col"):
                 x = host_im2col(x, t["im2col"])
+            x = host.stack_pixels(x, t["s2d"])
             inputs[t["dram"]] = host.pack(x, t["c"], t["h"], t["w"], n)
         mem = host.dram_image(self.const, self.program, io["prog_offset"], io["io_end"], inputs)
         t0 = time.perf_counter()
@@ -89,7 +93,8 @@ class TileArtifact(Artifact):
         self.last_run = {"engine": engine, "cycles": cycles, "seconds": time.perf_counter() - t0}
         for t in io["outputs"]:
             nbytes = -(-t["c"] // n) * t["h"] * t["w"] * n
-            y = host.unpack(bytes(mem[t["dram"]:t["dram"] + nbytes]), t["c"], t["h"], t["w"], n, tuple(t["shape"]))
+            y = host.unpack(bytes(mem[t["dram"]:t["dram"] + nbytes]), t["c"], t["h"], t["w"], n,
+                            tuple(t["shape"]), t["s2d"])
             env[t["name"]] = y
             for v in t["views"]:
                 env[v] = y.reshape(self.graph.type(v).shape)
@@ -153,13 +158,14 @@ class TileArtifact(Artifact):
                    tile_v=tv.read_text() if tv.is_file() else None)
 
 
-def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = True) -> TileArtifact:
+def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = True, stack: bool = True,
+               double_buffer: bool = True) -> TileArtifact:
     """Schedule an int8 graph for a tile target, measure it in the Python tile model, and
     package program, DRAM image, memory map, report and (with `hdl`) the tile's Verilog."""
     from hwc.sim.model import TileModel
     from hwc.tile.report import tile_report
 
-    plan, prog = schedule(graph, target, im2col=im2col)
+    plan, prog = schedule(graph, target, im2col=im2col, stack=stack, double_buffer=double_buffer)
     io = tile_io(plan, prog)
     program = isa.to_bytes(prog.program)
     const = bytes(prog.dram)

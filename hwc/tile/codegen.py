@@ -75,8 +75,9 @@ class TileProgram:
 
 
 class Codegen:
-    def __init__(self, plan: TilePlan, target: dict):
+    def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True):
         self.plan = plan
+        self.double_buffer = double_buffer
         self.t = target
         self.n = target["array"]["rows"]
         sp = target["scratchpad"]
@@ -249,23 +250,38 @@ class Codegen:
                              acc_so=wo, acc_si=1, out_so=dst.wp, out_si=1, param=entry)
 
     def emit_gap(self, layer: GapLayer, loads: dict) -> None:
+        """Global average: every pixel of every input block accumulated into one ACC line per output
+        block; with stacked pixels (fold f) lane c + C*a of the input adds into channel c."""
         n = self.n
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
-        if src.cb > self.acc_lines:
-            raise UnsupportedError(f"layer {layer.name!r}: {src.cb} channel blocks exceed the accumulators",
+        c = src.c // layer.fold
+        if dst.cb > self.acc_lines:
+            raise UnsupportedError(f"layer {layer.name!r}: {dst.cb} channel blocks exceed the accumulators",
                                    [layer.name])
-        zero_b, eye_b = bytes(n * n), np.eye(n, dtype=np.int8).tobytes()
-        g = self.weighted([zero_b, eye_b])
-        zero, eye = g.block(zero_b), g.block(eye_b)
+        blocks = {}
+        for ob in range(dst.cb):
+            for ib in range(src.cb):
+                blk = np.zeros((n, n), np.int8)
+                for lane in range(n):
+                    ch = ib * n + lane
+                    if ch < src.c and ob * n <= ch % c < (ob + 1) * n:
+                        blk[ch % c - ob * n, lane] = 1
+                if blk.any():
+                    blocks[ob, ib] = blk.tobytes()
+        zero_b = bytes(n * n)
+        g = self.weighted([zero_b, *blocks.values()])
         needs_in = loads.get(layer.src, ())
-        for cb in range(src.cb):
-            self.compute(g, Op.GEMM, needs=needs_in, wblk=zero, act=src.line(cb, 0, 0), acc=cb, n_outer=1,
+        for ob in range(dst.cb):
+            self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(zero_b), act=src.line(0, 0, 0), acc=ob, n_outer=1,
                          n_inner=1, act_so=0, act_si=0, acc_so=0, acc_si=0, reset=1)
-            self.compute(g, Op.GEMM, needs=needs_in, wblk=eye, act=src.line(cb, 0, 0), acc=cb, n_outer=src.h,
-                         n_inner=src.w, act_so=src.wp, act_si=1, acc_so=0, acc_si=0, reset=0)
+            for ib in range(src.cb):
+                if (ob, ib) in blocks:
+                    self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(blocks[ob, ib]), act=src.line(ib, 0, 0),
+                                 acc=ob, n_outer=src.h, n_inner=src.w, act_so=src.wp, act_si=1, acc_so=0, acc_si=0,
+                                 reset=0)
         entry = self.param(np.full(n, layer.bias), np.full(n, layer.mult), np.full(n, layer.shift), layer.z_out,
                            layer.lo, layer.hi)
-        self.compute(g, Op.PPU, acc=0, out=dst.line(0, 0, 0), n_outer=1, n_inner=src.cb, acc_so=0, acc_si=1,
+        self.compute(g, Op.PPU, acc=0, out=dst.line(0, 0, 0), n_outer=1, n_inner=dst.cb, acc_so=0, acc_si=1,
                      out_so=0, out_si=dst.hp * dst.wp, param=entry)
 
     def emit_add(self, layer: AddLayer, loads: dict) -> None:
@@ -368,7 +384,7 @@ class Codegen:
                     "entries": len(self.params), "entry_beats": self.peb}]
         weighted = [g for g in self.groups if g.blocks is not None and g.blocks]
         for k, g in enumerate(weighted):
-            g.bank = k % 2
+            g.bank = k % 2 if self.double_buffer else 0
             off = len(dram)
             dram += b"".join(g.blocks)
             regions.append({"name": f"weights.group{k}", "offset": off, "size": len(dram) - off, "kind": "weights",
@@ -416,13 +432,15 @@ class Codegen:
                  sram=g.bank * self.bank_blocks * n, rows=1, row_beats=len(g.blocks) * n, dram_stride=0,
                  sram_stride=0)
 
-        if weighted:
+        if weighted and self.double_buffer:
             load_group(weighted[0], Wait.NONE)
         wi = 0
         for g in self.groups:
             is_w = g.blocks is not None and g.blocks
             if is_w:
-                if wi + 1 < len(weighted):
+                if not self.double_buffer:  # ablation: load each group only once the previous one is done
+                    load_group(g, Wait.COMPUTE)
+                elif wi + 1 < len(weighted):
                     load_group(weighted[wi + 1], Wait.COMPUTE if wi >= 1 else Wait.NONE)
                 wi += 1
             for e in g.compute:

@@ -22,11 +22,28 @@ def pack(x: np.ndarray, c: int, h: int, w: int, n: int) -> bytes:
     return lines.reshape(cb, n, h, w).transpose(0, 2, 3, 1).tobytes()
 
 
-def unpack(data: bytes, c: int, h: int, w: int, n: int, shape: tuple[int, ...]) -> np.ndarray:
+def stack_pixels(x: np.ndarray, f: int) -> np.ndarray:
+    """[1, C, H, W] -> [1, C*f, H, W/f]: channel c + C*a of column U is pixel f*U + a (layers.space_to_depth)."""
+    if f == 1:
+        return x
+    _, c, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(c, h, w // f, f).transpose(3, 0, 1, 2).reshape(1, c * f, h, w // f))
+
+
+def unstack_pixels(x: np.ndarray, f: int) -> np.ndarray:
+    """The inverse of `stack_pixels` on [C*f, H, W/f] -> [C, H, W]."""
+    if f == 1:
+        return x
+    cf, h, wf = x.shape
+    return np.ascontiguousarray(x.reshape(f, cf // f, h, wf).transpose(1, 2, 3, 0).reshape(cf // f, h, wf * f))
+
+
+def unpack(data: bytes, c: int, h: int, w: int, n: int, shape: tuple[int, ...], s2d: int = 1) -> np.ndarray:
     """DRAM bytes -> the IR tensor of `shape` ([1, C, H, W], or [M, K] for a K x 1 x M tensor)."""
     cb = -(-c // n)
     lines = np.frombuffer(data, np.int8, cb * h * w * n).reshape(cb, h, w, n)
-    chw = lines.transpose(0, 3, 1, 2).reshape(cb * n, h, w)[:c]
+    chw = unstack_pixels(lines.transpose(0, 3, 1, 2).reshape(cb * n, h, w)[:c], s2d)
+    c, w = chw.shape[0], chw.shape[2]
     if len(shape) == 2:
         return np.ascontiguousarray(chw.reshape(c, w).T)
     return np.ascontiguousarray(chw.reshape(shape))

@@ -44,6 +44,7 @@ class TileTensor:
     fill: int | None = None                    # halo value (zp, or -128 for max pooling)
     base: int = 0                              # first ACT line (planned)
     graph_shape: tuple[int, ...] = ()          # the IR shape ([1,C,H,W] or [M,K])
+    s2d: int = 1                               # pixels per line (space_to_depth): c, w are the stacked sizes
 
     @property
     def cb(self) -> int:
@@ -110,6 +111,7 @@ class GapLayer:
     hi: int
     op: str = "QGlobalAvgPool"
     macs: int = 0
+    fold: int = 1             # pixels stacked per line in src: lanes c + C*a all add into channel c
 
 
 @dataclass(eq=False)
@@ -304,6 +306,13 @@ def _layer(plan: TilePlan, n: Node, src, alias, n_lanes: int) -> Layer:
         out = _tensor(plan, n.outputs[0], n_lanes)
         return ConvLayer(n.name, s, out.name, wd, _i32(folded, n), mult, shift, a["z_out"], a["lo"], a["hi"],
                          strides, pads, dil, macs, n.op)
+    if n.op == "QAvgPool" and not any(a["pads"]) and tuple(a["kernel_shape"]) == g.type(n.inputs[0]).shape[2:]:
+        # a window over the whole input is a global average: one accumulator line per channel block
+        s = src(n.inputs[0])
+        t = plan.tensors[s]
+        out = _tensor(plan, n.outputs[0], n_lanes)
+        return GapLayer(n.name, s, out.name, -a["z_in"] * t.h * t.w, int(g.const(n.inputs[1]).reshape(-1)[0]),
+                        int(g.const(n.inputs[2]).reshape(-1)[0]), a["z_out"], a["lo"], a["hi"], op=n.op)
     if n.op in ("QAvgPool", "QRequant"):
         s = src(n.inputs[0])
         t = plan.tensors[s]
@@ -420,3 +429,102 @@ def _layer_inputs(layer: Layer) -> list[str]:
     if isinstance(layer, AddLayer):
         return [layer.a, layer.b]
     return [layer.src]
+
+
+# ---- thin tensors: several pixels per line (space-to-depth along W) ---------------------------
+
+
+def _s2d_conv_weights(layer: ConvLayer, c: int, fi: int, fo: int):
+    """Weights, strides, dilations and horizontal pads of `layer` on space-to-depth tensors.
+
+    x'[c + C*a, y, U] = x[c, y, fi*U + a] and o'[m + M*b, y, X'] = o[m, y, fo*X' + b]. Output
+    column fo*X' + b reads input column u = sx*(fo*X' + b) + kx*dx - pl = fi*(s'*X' + delta) + a
+    with s' = sx*fo/fi, delta = floor((sx*b + kx*dx - pl) / fi), a = (sx*b + kx*dx - pl) mod fi:
+    a convolution of x' with stride s' whose kernel column is delta - min(delta)."""
+    w = layer.weight
+    m, _, kh, kw = w.shape
+    sx, dx = layer.strides[1], layer.dilations[1]
+    pl = layer.pads[1]
+    taps = [(b, kx, (sx * b + kx * dx - pl) // fi, (sx * b + kx * dx - pl) % fi) for b in range(fo) for kx in range(kw)]
+    dmin = min(t[2] for t in taps)
+    dmax = max(t[2] for t in taps)
+    wn = np.zeros((m * fo, c * fi, kh, dmax - dmin + 1), np.int8)
+    for b, kx, delta, a in taps:
+        wn[m * b:m * (b + 1), c * a:c * (a + 1), :, delta - dmin] = w[:, :, :, kx]
+    return wn, sx * fo // fi, -dmin, dmax
+
+
+def space_to_depth(plan: TilePlan, n_lanes: int) -> None:
+    """Stack several pixels of a thin tensor (fewer channels than lanes) into one line.
+
+    A tensor of C channels is stored with f = N/C pixels per line (f a power of two that
+    divides its width): a 16-channel tensor fills the 32 lanes of a 32x32 tile with two
+    pixels instead of half the lanes with one. Convolutions are rewritten exactly onto the
+    stacked layout (`_s2d_conv_weights`), residual adds are unchanged, global pooling folds
+    the stacked pixels back. Tensors read by max pooling keep one pixel per line."""
+    fixed = set()
+    for layer in plan.layers:
+        if isinstance(layer, MaxPoolLayer):
+            fixed.update((layer.src, layer.dst))
+    f: dict[str, int] = {}
+    for name, t in plan.tensors.items():
+        k = 1
+        while name not in fixed and t.c * k * 2 <= n_lanes and t.w % (k * 2) == 0 and len(t.graph_shape) == 4:
+            k *= 2
+        f[name] = k
+    # every convolution needs an integer stride on the stacked input: raise the output factor, else drop the input's
+    changed = True
+    while changed:
+        changed = False
+        for layer in plan.layers:
+            if not isinstance(layer, ConvLayer):
+                continue
+            fi, fo, sx = f[layer.src], f[layer.dst], layer.strides[1]
+            if plan.tensors[layer.dst].w == 1:
+                sx = fi  # one output column: its stride is free
+            if (sx * fo) % fi:
+                want = fi // sx if fi % sx == 0 else None
+                dst = plan.tensors[layer.dst]
+                if want and dst.w % want == 0 and layer.dst not in fixed:
+                    f[layer.dst] = max(fo, want)
+                else:
+                    f[layer.src] = 1
+                changed = True
+            if isinstance(layer, ConvLayer) and plan.tensors[layer.dst].w % f[layer.dst]:
+                f[layer.dst] = 1
+                changed = True
+        for layer in plan.layers:  # residual operands and result share a layout
+            if isinstance(layer, AddLayer):
+                k = min(f[layer.a], f[layer.b], f[layer.dst])
+                for nm in (layer.a, layer.b, layer.dst):
+                    if f[nm] != k:
+                        f[nm] = k
+                        changed = True
+    if all(k == 1 for k in f.values()):
+        return
+    for layer in plan.layers:
+        if isinstance(layer, ConvLayer):
+            fi, fo = f[layer.src], f[layer.dst]
+            if fi == fo == 1:
+                continue
+            c = plan.tensors[layer.src].c
+            if plan.tensors[layer.dst].w == 1:
+                layer.strides = (layer.strides[0], fi)
+            wn, sx2, pl2, _ = _s2d_conv_weights(layer, c, fi, fo)
+            layer.weight = wn
+            layer.bias = np.tile(layer.bias, fo)
+            layer.mult = np.tile(layer.mult, fo)
+            layer.shift = np.tile(layer.shift, fo)
+            layer.strides = (layer.strides[0], sx2)
+            layer.dilations = (layer.dilations[0], 1)
+            src_w2 = plan.tensors[layer.src].w // fi
+            dst_w2 = plan.tensors[layer.dst].w // fo
+            pr2 = max(0, sx2 * (dst_w2 - 1) + (wn.shape[3] - 1) - pl2 - (src_w2 - 1))
+            layer.pads = (layer.pads[0], pl2, layer.pads[2], pr2)
+        elif isinstance(layer, GapLayer):
+            layer.fold = f[layer.src]
+    for name, t in plan.tensors.items():
+        k = f[name]
+        if k > 1:
+            t.s2d = k
+            t.c, t.w = t.c * k, t.w // k
