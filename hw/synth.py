@@ -49,6 +49,9 @@ def _tool(name: str) -> str:
 
 def _run(build: Path, name: str, args: list[str], log: str) -> float:
     t0 = time.time()
+    if name == "yosys":  # yosys writes (and flushes) its own log; stdout only gets warnings
+        args = ["-q", "-l", log, *args]
+        log = log + ".out"
     with open(build / log, "w") as fh:
         r = subprocess.run([_tool(name), *args], cwd=build, stdout=fh, stderr=subprocess.STDOUT)
     if r.returncode != 0:

@@ -117,16 +117,20 @@ def test_act_port_exclusion_between_load_and_store():
     assert res.issue[2] == max(res.end[1], st_end)    # an ACT load waits for the STORE (shared ACT port)
 
 
+T8 = load_target("tile8x8")
+ACT8, PARAMS8 = T8["scratchpad"]["act_lines"], T8["scratchpad"]["param_entries"]
+
+
 @pytest.mark.parametrize("bad, code", [
-    (isa.make(Op.FILL, addr=8190, count=3, value=0), E.OUT_OF_RANGE),
-    (isa.make(Op.GEMM, wblk=256, act=0, acc=0, n_outer=1, n_inner=1, act_so=0, act_si=0, acc_so=0, acc_si=0,
+    (isa.make(Op.FILL, addr=ACT8 - 2, count=3, value=0), E.OUT_OF_RANGE),
+    (isa.make(Op.GEMM, wblk=2 * T8["scratchpad"]["wgt_bank_blocks"], act=0, acc=0, n_outer=1, n_inner=1, act_so=0, act_si=0, acc_so=0, acc_si=0,
               reset=0), E.OUT_OF_RANGE),
     (isa.make(Op.GEMM, wblk=0, act=5, acc=0, n_outer=3, n_inner=1, act_so=-3, act_si=0, acc_so=0, acc_si=0,
               reset=0), E.OUT_OF_RANGE),                  # act + 2 * (-3) < 0
-    (isa.make(Op.PPU, acc=2047, out=0, n_outer=1, n_inner=2, acc_so=0, acc_si=1, out_so=0, out_si=1, param=0),
+    (isa.make(Op.PPU, acc=T8["scratchpad"]["acc_lines"] - 1, out=0, n_outer=1, n_inner=2, acc_so=0, acc_si=1, out_so=0, out_si=1, param=0),
      E.OUT_OF_RANGE),
     (isa.make(Op.VEC, op=1, a=0, b=0, out=0, n_outer=1, n_inner=1, in_so=0, in_si=0, out_so=0, out_si=0,
-              param=256), E.OUT_OF_RANGE),
+              param=PARAMS8), E.OUT_OF_RANGE),
     (isa.make(Op.LOAD, mem=3, dram=0, sram=0, rows=1, row_beats=1, dram_stride=0, sram_stride=0), E.BAD_FIELD),
     (isa.make(Op.STORE, dram=(1 << 28) - 2, sram=0, rows=1, row_beats=4, dram_stride=0, sram_stride=0),
      E.OUT_OF_RANGE),

@@ -141,6 +141,20 @@ class Ctx:
         perm = cl_perm(out_type.rank) if out_layout == CL else list(range(out_type.rank))
         return [ls[p] for p in perm]
 
+    def out_view(self, name: str) -> tuple[ir.Value, list[int]]:
+        """(pointer to element 0, element stride of every logical axis) of output `name`.
+
+        When the instruction writes straight into the interior of a padded buffer (the
+        `halo` attribute, set by lowering.write_into_pads), element 0 sits past the
+        padding and rows are as long as the padded buffer's."""
+        halo = self.ins.attrs.get("halo")
+        if halo is None or halo["of"] != name:
+            return self.ptr(name), list(logical_strides(self.type(name), self.layout(name)))
+        pt = self.type(halo["buffer"])
+        full = _storage_strides(pt.shape, cl_perm(pt.rank))
+        base = sum(b * s for b, s in zip(halo["begin"], full))
+        return self.kb.gep(self.ptr(halo["buffer"]), base), full
+
     def const_operand(self, data: np.ndarray, out_type: TensorType, out_layout: str,
                       dtype=np.float32) -> tuple[ir.Value, list[int]]:
         """A constant broadcast to `out_type`, stored compactly in the output's storage order;
@@ -156,6 +170,15 @@ class Ctx:
         return self.weight(d), strides
 
 
+def _storage_strides(shape, order) -> list[int]:
+    """Element strides of logical axes stored in `order` (no zeroing of size-1 axes)."""
+    strides, s = [0] * len(shape), 1
+    for ax in reversed(order):
+        strides[ax] = s
+        s *= shape[ax]
+    return strides
+
+
 class Generator:
     def __init__(self, prog: Program, plan: MemoryPlan, target: CpuTarget, name: str):
         self.prog = prog
@@ -167,6 +190,7 @@ class Generator:
         self.module = ir.Module(name=name)
         self.module.triple = target.triple
         self.kernel_names: list[str] = []
+        self.profile = False
 
     def _attrs(self, fn: ir.Function) -> None:
         fn.attributes.add("nounwind")
@@ -177,7 +201,8 @@ class Generator:
 
     def storages(self, ins: Instr) -> list[str]:
         names = []
-        for n in [*ins.reads, *ins.writes, *ins.attrs.get("extra_buffers", [])]:
+        halo = [ins.attrs["halo"]["buffer"]] if "halo" in ins.attrs else []
+        for n in [*ins.reads, *ins.writes, *halo]:
             s = self.prog.storage(n)
             if s.region != "weight" and s.name not in names:
                 names.append(s.name)
@@ -226,7 +251,13 @@ class Generator:
         for idx, ins in enumerate(self.prog.instrs):
             fn, stor = self.kernel(idx, ins)
             calls.append((fn, stor))
-        for fn, stor in calls:
+        prof = self.profile
+        if prof:  # developer builds only: cycles of every kernel after the workspace
+            cc = ir.Function(self.module, ir.FunctionType(I64, []), "llvm.readcyclecounter")
+            base = b.gep(act, [ir.Constant(I64, self.plan.workspace_bytes)], inbounds=True, source_etype=ELEM["uint8"])
+        for k, (fn, stor) in enumerate(calls):
+            if prof:
+                t0 = b.call(cc, [])
             args = [w]
             for s in stor:
                 buf = self.prog.buffers[s]
@@ -236,6 +267,9 @@ class Generator:
                     args.append(b.gep(io, [ir.Constant(I64, self.io.offsets[s])], inbounds=True,
                                       source_etype=ELEM["uint8"]))
             b.call(fn, args)
+            if prof:
+                slot = b.gep(base, [ir.Constant(I64, k)], inbounds=True, source_etype=I64)
+                b.store(b.add(b.load(slot, typ=I64), b.sub(b.call(cc, []), t0)), slot)
         b.ret(ir.Constant(I32, 0))
 
 
@@ -265,8 +299,11 @@ class Compiled:
     kernels: list[str]
 
 
-def compile_program(prog: Program, plan: MemoryPlan, target: CpuTarget, name: str) -> Compiled:
+def compile_program(prog: Program, plan: MemoryPlan, target: CpuTarget, name: str, profile: bool = False) -> Compiled:
+    """`profile` (developers): the entry point adds every kernel's cycle count (readcyclecounter)
+    to an int64 counter per instruction placed right after the workspace."""
     gen = Generator(prog, plan, target, name)
+    gen.profile = profile
     gen.generate()
     text = str(gen.module)
     mod, tm = optimize_module(text, target)

@@ -33,10 +33,13 @@ class CpuBuild:
     plan: MemoryPlan
     compiled: Compiled
 
+    profile: bool = False
+
     @property
     def sizes(self) -> dict[str, int]:
+        extra = 8 * len(self.program.instrs) if self.profile else 0
         return {"weights": len(self.compiled.weights), "io": self.compiled.io.size,
-                "activations": self.plan.workspace_bytes}
+                "activations": self.plan.workspace_bytes + extra}
 
     def io_spec(self) -> list[dict]:
         """Every graph input and output: name, kind, offset and size in the I/O area."""
@@ -69,8 +72,10 @@ class CpuBuild:
         }
 
 
-def compile_graph(g: Graph, target: CpuTarget, name: str | None = None) -> CpuBuild:
+def compile_graph(g: Graph, target: CpuTarget, name: str | None = None, profile: bool = False) -> CpuBuild:
     entry = c_identifier(name or g.name)
     prog, plan = lower_for_cpu(g.copy(), target.alignment)
-    compiled = compile_program(prog, plan, target, entry)
-    return CpuBuild(entry, target, prog, plan, compiled)
+    compiled = compile_program(prog, plan, target, entry, profile)
+    build = CpuBuild(entry, target, prog, plan, compiled)
+    build.profile = profile
+    return build

@@ -37,12 +37,20 @@ def emit_depthwise(ctx, x, out, w, bias, in_shape, out_sp, ks, st, dl, program, 
     lanes = ctx.lanes
     regs = ctx.target.vector_registers
     nv = math.ceil(C / lanes)
-    CB = min(nv, 4)
-    MR = max(1, min(OW, (regs - 2 * CB - 2) // CB, 8))
+    # registers: MR*CB accumulators + kw*CB weights of a kernel row + CB input vectors
+    best = None
+    for cb in range(1, min(nv, 4) + 1):
+        mr = max(1, min(OW, (regs - 2) // cb - kw - 1, 8))
+        if best is None or mr * cb > best[0] * best[1] or (mr * cb == best[0] * best[1] and cb > best[1]):
+            best = (mr, cb)
+    MR, CB = best
     NRc = CB * lanes
     wp = ctx.weight(np.ascontiguousarray(w.reshape(C, kh * kw).T, np.int8 if int8 else np.float32))  # [taps][C]
     bp = ctx.weight(bias.astype(np.int32 if int8 else np.float32))
-    xp, op = ctx.ptr(x), ctx.ptr(out)
+    xp = ctx.ptr(x)
+    op, ost = ctx.out_view(out)
+    o_pix = ost[3] if len(ost) == 4 else ost[2]  # out stride of one pixel (C, or the padded row's)
+    o_n, o_h = ost[0], (ost[2] if len(ost) == 4 else 0)
     if int8:
         from hwc.backends.cpu.kernels.gemm import requantize
 
@@ -56,24 +64,32 @@ def emit_depthwise(ctx, x, out, w, bias, in_shape, out_sp, ks, st, dl, program, 
         v = kb.load(kb.gep(ptr, off, t), t, wd)
         return b.sext(v, vec(I32, wd)) if int8 else v
 
-    def micro(x_off, o_off, c0, mr, widths):
+    def micro(x_off, o, c0, mr, widths):
+        res_off, o_off = o
         accs = []
         for r in range(mr):
             for j, wd in enumerate(widths):
                 accs.append(kb.load(kb.gep(bp, b.add(c0, kb.i64(j * lanes)), at), at, wd))
         for i in range(kh):
-            for jj in range(kw):
-                tap = i * kw + jj
-                wv = [ld(wp, b.add(c0, kb.i64(tap * C + j * lanes)), et, wd) for j, wd in enumerate(widths)]
-                for r in range(mr):
-                    base = (i * dl[0] * Wp + r * st[1] + jj * dl[1]) * C
-                    for j, wd in enumerate(widths):
-                        xv = ld(xp, b.add(x_off, kb.i64(base + j * lanes)), et, wd)
+            wv = [[ld(wp, b.add(c0, kb.i64((i * kw + jj) * C + j * lanes)), et, wd) for j, wd in enumerate(widths)]
+                  for jj in range(kw)]
+            # each input column of this kernel row is loaded once and used by every output it reaches
+            uses: dict[int, list[tuple[int, int]]] = {}
+            for r in range(mr):
+                for jj in range(kw):
+                    uses.setdefault(r * st[1] + jj * dl[1], []).append((r, jj))
+            for pos in sorted(uses):
+                base = (i * dl[0] * Wp + pos) * C
+                xv = [ld(xp, b.add(x_off, kb.i64(base + j * lanes)), et, wd) for j, wd in enumerate(widths)]
+                for r, jj in uses[pos]:
+                    for j in range(len(widths)):
                         k = r * len(widths) + j
-                        accs[k] = b.add(accs[k], b.mul(xv, wv[j])) if int8 else kb.fma(xv, wv[j], accs[k])
+                        accs[k] = b.add(accs[k], b.mul(xv[j], wv[jj][j])) if int8 else kb.fma(xv[j], wv[jj][j],
+                                                                                                  accs[k])
         for r in range(mr):
             for j, wd in enumerate(widths):
-                off = b.add(o_off, kb.i64(r * C + j * lanes))
+                off = b.add(o_off, kb.i64(r * o_pix + j * lanes))
+                roff = b.add(res_off, kb.i64(r * C + j * lanes))
                 if int8:
                     y = requantize(kb, accs[r * len(widths) + j], rq_ptrs, b.add(c0, kb.i64(j * lanes)), rq)
                     kb.store(y, kb.gep(op, off, I8))
@@ -87,33 +103,36 @@ def emit_depthwise(ctx, x, out, w, bias, in_shape, out_sp, ks, st, dl, program, 
                     elif src[0] == "value":
                         vals.append(kb.const(vec(F32, wd), src[1]))
                     elif src[0] == "same":
-                        vals.append(load_strided(kb, src[1], off, 1, wd, F32))
+                        vals.append(load_strided(kb, src[1], roff, 1, wd, F32))
                     elif src[0] == "col":
                         vals.append(kb.load(kb.gep(src[1], b.add(c0, kb.i64(j * lanes))), F32, wd))
                     else:
                         vals.append(kb.splat(kb.load(src[1], F32), wd))
                 kb.store(eval_program(kb, program, vals), kb.gep(op, off))
 
-    def channels(x_off, o_off, mr):
+    def channels(x_off, o, mr):
         full, tail = divmod(C, NRc)
         if full:
             def cb(ci, _):
                 c0 = b.mul(ci, kb.i64(NRc))
-                micro(b.add(x_off, c0), b.add(o_off, c0), c0, mr, [lanes] * CB)
+                micro(b.add(x_off, c0), (b.add(o[0], c0), b.add(o[1], c0)), c0, mr, [lanes] * CB)
             kb.loop(full, cb, name="cb")
         if tail:
             c0 = kb.i64(full * NRc)
-            micro(b.add(x_off, c0), b.add(o_off, c0), c0, mr, _widths(tail, lanes))
+            micro(b.add(x_off, c0), (b.add(o[0], c0), b.add(o[1], c0)), c0, mr, _widths(tail, lanes))
 
     def row(n, oh):
         x_row = b.add(b.mul(n, kb.i64(Hp * Wp * C)), b.mul(oh, kb.i64(st[0] * Wp * C)))
-        o_row = b.add(b.mul(n, kb.i64(OH * OW * C)), b.mul(oh, kb.i64(OW * C)))
+        r_row = b.add(b.mul(n, kb.i64(OH * OW * C)), b.mul(oh, kb.i64(OW * C)))
+        o_row = b.add(b.mul(n, kb.i64(o_n)), b.mul(oh, kb.i64(o_h)))
         full, tail = divmod(OW, MR)
         if full:
             def pb(pi, _):
-                channels(b.add(x_row, b.mul(pi, kb.i64(MR * st[1] * C))), b.add(o_row, b.mul(pi, kb.i64(MR * C))), MR)
+                o = (b.add(r_row, b.mul(pi, kb.i64(MR * C))), b.add(o_row, b.mul(pi, kb.i64(MR * o_pix))))
+                channels(b.add(x_row, b.mul(pi, kb.i64(MR * st[1] * C))), o, MR)
             kb.loop(full, pb, name="pb")
         if tail:
-            channels(b.add(x_row, kb.i64(full * MR * st[1] * C)), b.add(o_row, kb.i64(full * MR * C)), tail)
+            o = (b.add(r_row, kb.i64(full * MR * C)), b.add(o_row, kb.i64(full * MR * o_pix)))
+            channels(b.add(x_row, kb.i64(full * MR * st[1] * C)), o, tail)
 
     kb.loop(N, lambda n, _: kb.loop(OH, lambda oh, __: row(n, oh), name="oh"), name="n")

@@ -201,7 +201,7 @@ class _Emitter:
             self._columns(base, kb.i64(0))
 
     def _keys(self):
-        return ["a", "out", "bias", "b", "col"] + [f"op{i}" for i, s in enumerate(self.spec.operands)
+        return ["a", "out", "res", "bias", "b", "col"] + [f"op{i}" for i, s in enumerate(self.spec.operands)
                                                    if s is not None and s[0] == "strided"]
 
     def _add(self, v, i, s):
@@ -216,6 +216,7 @@ class _Emitter:
                 o["col"] = self.b.add(offs["col"], col)
                 o["out"] = self.b.add(offs["out"], self.b.mul(col, kb.i64(spec.out_col)))
                 o["bias"] = self.b.add(offs["bias"], col)
+                o["res"] = self.b.add(offs["res"], col)
                 for i, src in enumerate(spec.operands):
                     if src is not None and src[0] == "strided":
                         o[f"op{i}"] = self._add(offs[f"op{i}"], col, src[2])
@@ -343,7 +344,8 @@ class _Emitter:
                     elif src[0] == "value":
                         vals.append(kb.const(vec(F32, w), src[1]))
                     elif src[0] == "same":
-                        vals.append(load_strided(kb, src[1], o_off, spec.out_col, w, F32))
+                        r_off = b.add(offs["res"], kb.i64(r * dim.strides.get("res", 0) + col_off))
+                        vals.append(kb.load(kb.gep(src[1], r_off), F32, w))
                     elif src[0] == "col":
                         vals.append(kb.load(kb.gep(src[1], b.add(offs["col"], kb.i64(col_off))), F32, w))
                     elif src[0] == "strided":
@@ -472,15 +474,14 @@ def emit_conv(ctx) -> None:
     wg = (wdata.astype(np.float64) * scale[:, None, None, None] if nd == 2 else
           wdata.astype(np.float64)[:, :, None, :] * scale[:, None, None, None]).reshape(G, Mg, Cg, kh, kw)
     bmat = wg.transpose(0, 3, 4, 2, 1).reshape(G, kh * kw * Cg, Mg)
-    dims = [Dim(N, {"a": Hp * Wp * C, "out": OH * OW * M}),
-            Dim(OH, {"a": st[0] * Wp * C, "out": OW * M}),
-            Dim(OW, {"a": st[1] * C, "out": M})]
+    optr, ost = ctx.out_view(out)
+    dims = _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd)
     spec = GemmSpec(
         n_cols=Mg,
         k_dims=_merge_k([(kh, dl[0] * Wp * C), (kw, dl[1] * C), (Cg, 1)]),
         rows=_merge_rows(dims),
-        groups=Dim(G, {"a": Cg, "out": Mg, "col": Mg, "bias": Mg}),
-        a=ctx.ptr(x), out=ctx.ptr(out), b_packed=bmat.astype(np.float32), bias=bias.reshape(G, Mg),
+        groups=Dim(G, {"a": Cg, "out": Mg, "res": Mg, "col": Mg, "bias": Mg}),
+        a=ctx.ptr(x), out=optr, b_packed=bmat.astype(np.float32), bias=bias.reshape(G, Mg),
         program=program, operands=srcs)
     run_gemm(ctx, spec)
 
@@ -514,15 +515,24 @@ def _conv_runtime_weights(ctx) -> None:
         else:
             srcs.extend(epilogue_operands(ctx, EwProgram([name]), out, 1, M) if name is not None else [None])
     K = kh * kw * Cg
-    dims = [Dim(N, {"a": Hp * Wp * C, "out": OH * OW * M}),
-            Dim(OH, {"a": st[0] * Wp * C, "out": OW * M}),
-            Dim(OW, {"a": st[1] * C, "out": M})]
+    optr, ost = ctx.out_view(out)
+    dims = _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd)
     spec = GemmSpec(
         n_cols=Mg, k_dims=[(kh, dl[0] * Wp * C), (kw, dl[1] * C), (Cg, 1)], rows=_merge_rows(dims),
-        groups=Dim(G, {"a": Cg, "out": Mg, "col": Mg, "b": K * Mg}), a=ctx.ptr(x), out=ctx.ptr(out),
+        groups=Dim(G, {"a": Cg, "out": Mg, "res": Mg, "col": Mg, "b": K * Mg}), a=ctx.ptr(x), out=optr,
         b_ptr=ctx.ptr(wp), b_k=Mg, b_col=1, program=program, operands=srcs)
     spec.k_dims = [(c, s_) for c, s_ in spec.k_dims if c > 1] or [(1, 0)]
     run_gemm(ctx, spec)
+
+
+def _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd) -> list[Dim]:
+    """Row dims of a channels-last convolution: A walks the padded input, "out" the output
+    (possibly the interior of a padded buffer: strides `ost` of its logical axes), "res"
+    the unpadded output order (operands shaped like the output)."""
+    sn, sh, sw = (ost[0], 0, ost[2]) if nd == 1 else (ost[0], ost[2], ost[3])
+    return [Dim(N, {"a": Hp * Wp * C, "out": sn, "res": OH * OW * M}),
+            Dim(OH, {"a": st[0] * Wp * C, "out": sh, "res": OW * M}),
+            Dim(OW, {"a": st[1] * C, "out": sw, "res": M})]
 
 
 def _merge_k(dims):
@@ -608,8 +618,8 @@ def emit_gemm(ctx) -> None:
         scale, shift, program = fold_affine_prefix(program, _col_const_fn(srcs, program, ctx, Nc), Nc)
         bmat = bmat * scale[None, :]
         bias = (np.zeros(Nc) if bias is None else bias) * scale + shift
-    dims = [Dim(c, {"a": sa_, "b": sb_, "out": so}) for c, sa_, sb_, so in batch]
-    dims.append(Dim(rows, {"a": a_row, "out": Nc, **{f"op{i}": src[3] for i, src in enumerate(srcs)
+    dims = [Dim(c, {"a": sa_, "b": sb_, "out": so, "res": so}) for c, sa_, sb_, so in batch]
+    dims.append(Dim(rows, {"a": a_row, "out": Nc, "res": Nc, **{f"op{i}": src[3] for i, src in enumerate(srcs)
                                                      if src is not None and src[0] == "strided"}}))
     spec = GemmSpec(n_cols=Nc, k_dims=[(K, a_k)], rows=_merge_rows(dims), groups=None,
                     a=ctx.ptr(A), out=ctx.ptr(out), program=program, operands=srcs)
@@ -674,12 +684,11 @@ def emit_qconv(ctx) -> None:
         return emit_depthwise_int8(ctx, x, out, wdata.reshape(M, kh, kw), bias, (N, C, Hp, Wp), (OH, OW),
                                    (kh, kw), st, dl, rq)
     bmat = wdata.reshape(G, Mg, Cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(G, kh * kw * Cg, Mg)
-    dims = [Dim(N, {"a": Hp * Wp * C, "out": OH * OW * M}),
-            Dim(OH, {"a": st[0] * Wp * C, "out": OW * M}),
-            Dim(OW, {"a": st[1] * C, "out": M})]
+    optr, ost = ctx.out_view(out)
+    dims = _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd)
     spec = GemmSpec(
         n_cols=Mg, k_dims=_merge_k([(kh, dl[0] * Wp * C), (kw, dl[1] * C), (Cg, 1)]), rows=_merge_rows(dims),
-        groups=Dim(G, {"a": Cg, "out": Mg, "col": Mg, "bias": Mg}), a=ctx.ptr(x), out=ctx.ptr(out),
+        groups=Dim(G, {"a": Cg, "out": Mg, "res": Mg, "col": Mg, "bias": Mg}), a=ctx.ptr(x), out=optr,
         b_packed=bmat.astype(np.int8), bias=bias.astype(np.int32).reshape(G, Mg),
         program=EwProgram([None]), operands=[None], requant=rq)
     run_gemm(ctx, spec)
