@@ -222,11 +222,13 @@ def mobilenet_v1_025(seed: int = 0, softmax: bool = True) -> onnx.ModelProto:
     return b.finish([1, 3, 96, 96], x, [1, 2])
 
 
-def fc_autoencoder(seed: int = 0) -> onnx.ModelProto:
-    """MLPerf Tiny anomaly detection: the fully connected autoencoder, 1x640 -> 1x640.
+def fc_autoencoder(seed: int = 0, batch: int = 1) -> onnx.ModelProto:
+    """MLPerf Tiny anomaly detection: the fully connected autoencoder, Bx640 -> Bx640.
 
     (Gemm 128 + BN + ReLU) x4, Gemm 8 + BN + ReLU, (Gemm 128 + BN + ReLU) x4, Gemm 640.
-    BN acts on the 2-d [1, 128] activations (BatchNormalization on N x C).
+    BN acts on the 2-d [B, 128] activations (BatchNormalization on N x C). The reference
+    benchmark scores the frames of a clip one by one (B = 1); `batch` > 1 scores several
+    frames in one inference, as a deployment that buffers frames would.
     """
     b = _Builder("fc_autoencoder", seed)
     x, n_in = "input", 640
@@ -234,7 +236,7 @@ def fc_autoencoder(seed: int = 0) -> onnx.ModelProto:
         x = b.relu(b.bn(b.gemm(x, n_in, n_out), n_out))
         n_in = n_out
     x = b.gemm(x, n_in, 640, he=False)
-    return b.finish([1, 640], x, [1, 640])
+    return b.finish([batch, 640], x, [batch, 640])
 
 
 # ---- small models for fast tests ---------------------------------------------------------

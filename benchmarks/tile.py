@@ -1,0 +1,79 @@
+"""Tile benchmark: cycles and MAC utilization of MLPerf-Tiny-shaped models on the tile targets,
+with the ablations (weight double-buffering off, thin-matrix stacking off), compile time and the
+Python tile model's run time. Prints a markdown table (the `## Tile compiler` section of
+BENCHMARKS.md).
+
+    python benchmarks/tile.py            # all models, both tiles
+    python benchmarks/tile.py --quick    # resnet8 on tile8x8 only
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from hwc.errors import UnsupportedError
+from hwc.frontend import import_onnx
+from hwc.quant.build import quantize_model
+from hwc.targets import load_target
+from hwc.tile.build import build_tile
+from hwc.zoo import MODELS, fc_autoencoder, random_inputs
+
+CASES = [
+    ("resnet8", MODELS["resnet8"]),
+    ("ds_cnn", MODELS["ds_cnn"]),
+    ("mobilenet_v1_025", MODELS["mobilenet_v1_025"]),
+    ("fc_autoencoder", MODELS["fc_autoencoder"]),
+    ("fc_autoencoder (batch 8)", lambda: fc_autoencoder(batch=8)),
+]
+
+
+def measure(model, target_name: str) -> dict:
+    target = load_target(target_name)
+    calib = random_inputs(model, n=32, seed=3)
+    t0 = time.perf_counter()
+    q = quantize_model(import_onnx(model), target, calib)
+    art = build_tile(q, target, hdl=False)
+    compile_s = time.perf_counter() - t0
+    feeds = {k: v[0] for k, v in random_inputs(model, n=1, seed=9).items()}
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        art.run(feeds, engine="model")
+        runs.append(time.perf_counter() - t0)
+    no_db = build_tile(q, target, hdl=False, double_buffer=False).report
+    try:
+        no_stack = build_tile(q, target, hdl=False, stack=False, im2col=False).report
+        no_stack = f"{no_stack['cycles']:,} ({no_stack['utilization']:.1%})"
+    except UnsupportedError:
+        no_stack = "does not fit the scratchpad"
+    r = art.report
+    return {"cycles": r["cycles"], "util": r["utilization"], "hidden": r["weight_load_hidden"],
+            "no_db": no_db["cycles"], "no_db_util": no_db["utilization"], "no_db_hidden": no_db["weight_load_hidden"],
+            "no_stack": no_stack, "compile_s": compile_s, "run_s": statistics.median(runs), "macs": r["macs"]}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    targets = ["tile8x8"] if args.quick else ["tile8x8", "tile32x32"]
+    cases = CASES[:1] if args.quick else CASES
+    print("| model | target | MACs | cycles | MAC util. | weight loads hidden | no double-buffering: cycles (util., hidden) "
+          "| no stacking: cycles (util.) | build s | model run s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, fn in cases:
+        model = fn()
+        for tn in targets:
+            m = measure(model, tn)
+            print(f"| {name} | {tn} | {m['macs']:,} | {m['cycles']:,} | {m['util']:.1%} | {m['hidden']:.0%} | "
+                  f"{m['no_db']:,} ({m['no_db_util']:.1%}, {m['no_db_hidden']:.0%}) | "
+                  f"{m['no_stack']} | {m['compile_s']:.2f} | {m['run_s']:.3f} |",
+                  flush=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
