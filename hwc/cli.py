@@ -15,6 +15,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from hwc.backends.cpu import cli as cpu_cli
 from hwc.errors import HwcError, InputError, UserError
 from hwc.hw import cli as hw_cli
 from hwc.passes.cli import add_parser as add_opt_parser
@@ -113,7 +114,7 @@ def cmd_build(args) -> int:
     with out.status(f"building {args.model} for {args.target} ..."):
         art = hwc.build(args.model, target=args.target, calib=args.calib, int8=args.int8,
                         input_shapes=input_shapes(args), quant_config=args.quant_config,
-                        passes=pass_options(args))
+                        passes=pass_options(args), triple=args.triple, cpu=args.cpu)
         dest = art.save(args.output)
     rep = art.report
     out.print(f"built {args.model} for [bold]{art.target['name']}[/bold] -> {dest}/ "
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     shapes(b)
     add_pass_options(b)
     qcli.add_build_options(b)
+    cpu_cli.add_build_options(b)
     b.set_defaults(fn=cmd_build)
 
     r = sub.add_parser("run", help="run a built model on inputs")
@@ -193,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     qcli.add_parser(sub)
     tile_cli.add_parsers(sub)
     hw_cli.add_parser(sub)
+    cpu_cli.add_bench_parser(sub)
     return p
 
 

@@ -35,6 +35,8 @@ class Buffer:
     region: str
     alias_of: str | None = None  # storage buffer this one is a view of
     offset: int | None = None    # bytes from the start of its region (planned)
+    layout: str = ""             # storage order a backend chose: "" = the type's row-major order,
+                                 # "cl" = channels-last (N, spatial..., C; the CPU backend)
 
     @property
     def nbytes(self) -> int:
@@ -58,6 +60,8 @@ class Program:
     instrs: list[Instr]
     inputs: list[str]
     outputs: list[str]
+    io_buffers: dict[str, str] = field(default_factory=dict)  # graph input/output -> its I/O buffer, when
+                                                               # a backend gave it another one (copies)
 
     def storage(self, name: str) -> Buffer:
         """The buffer that owns the bytes of `name` (following aliases)."""

@@ -191,7 +191,7 @@ def _apply_inplace(prog: Program) -> list[str]:
             src = prog.storage(r)
             if (src.region == "activation" and last_read.get(src.name) == i and src.type == out.type
                     and prog.buffers[r].type.shape == out.type.shape
-                    and getattr(src, "layout", "") == getattr(out, "layout", "")):
+                    and src.layout == out.layout):
                 out.alias_of = src.name
                 ins.attrs["inplace"] = r
                 done.append(ins.name)

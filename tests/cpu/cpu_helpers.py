@@ -11,13 +11,13 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+from hwc.targets import load_target
 
 from hwc.backends.cpu.compiler import compile_graph
 from hwc.backends.cpu.runner import NativeModel
 from hwc.backends.cpu.target import CpuTarget
 from hwc.frontend import import_onnx
 from hwc.ref.interp import run_graph
-from hwc.targets import load_target
 
 RTOL = 1e-4
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpu_helpers import assert_close, compile_and_load
+from hwc.targets import load_target
 
 import hwc
 from hwc.backends.cpu.compiler import compile_graph
@@ -15,7 +16,6 @@ from hwc.lower.memplan import Interval, check_plan, intervals_of
 from hwc.passes import optimize
 from hwc.quant.build import quantize_model
 from hwc.ref.interp import run_graph
-from hwc.targets import load_target
 from hwc.zoo import MODELS, random_inputs
 
 
@@ -109,3 +109,15 @@ def test_compiled_code_is_vectorized():
     assert f"<{t.lanes} x float>" in ir
     assert f"llvm.fma.v{t.lanes}f32" in ir
     assert "declare" not in "\n".join(line for line in ir.splitlines() if "llvm." not in line)
+
+
+def test_only_used_kernels_are_emitted():
+    """One specialized function per instruction, nothing else: a Gemm-only model has no
+    convolution, pooling or transcendental code."""
+    g = optimize(import_onnx(MODELS["small_mlp"]()), "cpu")[0]
+    from cpu_helpers import host_target
+
+    build = compile_graph(g, host_target())
+    assert [k.split("_", 2)[2] for k in build.compiled.kernels] == ["gemm", "gemm"]
+    ir = build.compiled.ir_text
+    assert "double" not in ir and "hwc_k2" not in ir

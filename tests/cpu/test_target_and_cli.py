@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from hwc.targets import load_target
 from onnx import helper
 from onnx_helpers import F32, model
 
@@ -13,7 +14,6 @@ import hwc
 from hwc.backends.cpu.cli import add_bench_parser, add_build_options
 from hwc.backends.cpu.target import CpuTarget
 from hwc.errors import TargetError, UnsupportedError
-from hwc.targets import load_target
 
 
 def test_bundled_cpu_target_resolves_to_the_host():

@@ -7,15 +7,13 @@ import shutil
 import subprocess
 
 import numpy as np
-import pytest
 
 import hwc
 from hwc.zoo import MODELS, random_inputs
 
 
-@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("gcc") is None,
-                    reason="valgrind and gcc are installed by scripts/ensure-tools.sh (make setup)")
 def test_resnet8_memcheck_clean(tmp_path):
+    assert shutil.which("valgrind") and shutil.which("gcc"), "valgrind/gcc missing: run `make setup` (ensure-tools.sh)"
     m = MODELS["resnet8"]()
     art = hwc.build(m, target="cpu", cpu="x86-64-v3")
     out = art.save(tmp_path / "out")

@@ -141,6 +141,12 @@ class Ctx:
         perm = cl_perm(out_type.rank) if out_layout == CL else list(range(out_type.rank))
         return [ls[p] for p in perm]
 
+    def output(self) -> str:
+        """The name of the instruction's (first) output tensor, even when it is stored into
+        a padded buffer (then the buffer written is another one: see out_view)."""
+        halo = self.ins.attrs.get("halo")
+        return halo["of"] if halo else self.ins.writes[0]
+
     def out_view(self, name: str) -> tuple[ir.Value, list[int]]:
         """(pointer to element 0, element stride of every logical axis) of output `name`.
 

@@ -47,7 +47,7 @@ class CpuBuild:
         out = []
         for kind, names in (("input", g.inputs), ("output", g.outputs)):
             for n in names:
-                s = self.program.storage(getattr(self.program, "io_buffers", {}).get(n, n))
+                s = self.program.storage(self.program.io_buffers.get(n, n))
                 out.append({"name": n, "kind": kind, "dtype": g.type(n).dtype, "shape": list(g.type(n).shape),
                             "offset": self.compiled.io.offsets[s.name], "bytes": g.type(n).nbytes})
         return out

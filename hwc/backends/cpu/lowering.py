@@ -5,7 +5,9 @@ The steps, in order (`lower_for_cpu`):
 1. `check_supported`: every node must be one the backend compiles; otherwise one
    UnsupportedError lists every offending node (op, name, why). No silent fallback.
 2. `hwc.lower.lir.lower`: one instruction per node over buffers in four regions;
-   Reshape/Identity inside the workspace become aliases.
+   Reshape/Identity inside the workspace become aliases. `separate_outputs` gives a graph
+   output that is a constant or an input its own I/O bytes (a copy);
+   `pack_runtime_conv_weights` reorders run-time convolution weights for the GEMM.
 3. `classify`: every instruction gets its kernel family (attrs["kernel"]) and, for the
    elementwise ones and the producers that can carry an epilogue (Conv, Gemm, MatMul),
    an `EwProgram`: the elementwise work done on the value before it is stored.
@@ -20,9 +22,13 @@ The steps, in order (`lower_for_cpu`):
    except for tensors whose two layouts have the same bytes (C == 1 or H*W == 1).
    Graph inputs and outputs are always logical (the contract of model.h).
 6. `insert_pads`: a Conv or pooling whose input needs padding (or a layout change) reads
-   a padded channels-last copy made by a `Pad` instruction just before it; the copy is
-   an activation buffer like any other, so the planner can reuse its bytes at once.
-7. `hwc.lower.memplan.plan_program`: offsets of every activation in one workspace.
+   a padded copy (channels-last; NCHW for a GEMM convolution fed in NCHW, which reads
+   through strides) made by a `Pad` instruction just before it; the copy is an
+   activation buffer like any other, so the planner can reuse its bytes at once.
+   `write_into_pads`: when the producer can store with row strides, it writes straight
+   into the padded buffer's interior and the Pad only fills the border.
+7. `hwc.lower.memplan.plan_program`: offsets of every activation in one workspace
+   (elementwise outputs and residual operands in place where the input dies).
 """
 
 from __future__ import annotations
@@ -59,6 +65,10 @@ FLOAT_OPS = frozenset({"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "Glob
                        "ReduceSum"})
 INT8_OPS = frozenset({"QConv", "QGemm", "QAdd", "QAvgPool", "QGlobalAvgPool", "QRequant", "QLut", "Quantize",
                       "Dequantize", "MaxPool", "QuantizeLinear", "DequantizeLinear"})
+
+#: Elementwise ops also compiled on integer tensors (numpy's wrap-around semantics).
+INT_EW_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Clip", "Relu", "Neg", "Abs", "Identity"})
+INT_DTYPES = frozenset({"int8", "uint8", "int32", "int64"})
 
 #: A fused activation (Conv/Gemm/MatMul attribute `act`) as elementwise instructions.
 _ACT_OPS = {"relu": "Relu", "clip": "Clip", "leakyrelu": "LeakyRelu", "hardsigmoid": "HardSigmoid",
@@ -129,8 +139,14 @@ def unsupported_reason(g: Graph, n: Node) -> str | None:
         return None
     if n.op in QUANT_OPS or n.op in ("QuantizeLinear", "DequantizeLinear"):
         return None
-    if n.op == "MaxPool" and dtypes == {"int8"}:
+    if n.op == "MaxPool" and dtypes in ({"int8"}, {"uint8"}):
         return _pool_reason(g, n)
+    if n.op in INT_EW_OPS and len(dtypes) == 1 and dtypes <= INT_DTYPES:
+        return None
+    if n.op in ("ReduceMax", "ReduceMin") and len(dtypes) == 1 and dtypes <= INT_DTYPES | {"bool"}:
+        return None
+    if n.op == "Pow" and g.type(n.inputs[0]).dtype == "float32" and g.type(n.inputs[1]).dtype in INT_DTYPES:
+        return None
     if dtypes != {"float32"}:
         return f"the CPU backend compiles {n.op} on float32 only (here: {', '.join(sorted(dtypes))})"
     if n.op in EW_OPS:
@@ -194,13 +210,15 @@ def _ew_of(g: Graph, prog: Program, ins: Instr) -> EwProgram:
         return EwProgram(list(n.inputs), parse_program(n.attrs["program"], len(n.inputs)))
     if op == "BatchNormalization":
         x, sc, b, mean, var = (g.const(v) for v in n.inputs)
-        if any(p is None for p in (sc, b, mean, var)):
-            raise UnsupportedError(f"BatchNormalization node {n.name!r}: the CPU backend needs constant "
-                                   f"scale, bias, mean and variance (training-mode statistics are not compiled).",
-                                   [n.name])
+        rank = g.type(n.inputs[0]).rank
+        if any(p is None for p in (sc, b, mean, var)):  # run-time parameters: the formula, per element
+            views = [_channel_view(prog, v, rank) for v in n.inputs[1:]]
+            eps = float(n.attrs["epsilon"])
+            return EwProgram([n.inputs[0], *views], [
+                EwInstr("Sub", (0, 3)), EwInstr("Add", (4, eps)), EwInstr("Sqrt", (6,)), EwInstr("Div", (5, 7)),
+                EwInstr("Mul", (8, 1)), EwInstr("Add", (9, 2))])
         scale = (sc.astype(np.float64) / np.sqrt(var.astype(np.float64) + n.attrs["epsilon"]))
         shift = b.astype(np.float64) - mean.astype(np.float64) * scale
-        rank = g.type(n.inputs[0]).rank
         shape = (1, -1) + (1,) * (rank - 2) if rank > 1 else (-1,)
         s_name = _new_const(g, prog, scale.astype(np.float32).reshape(shape), f"{n.name}_scale")
         t_name = _new_const(g, prog, shift.astype(np.float32).reshape(shape), f"{n.name}_shift")
@@ -222,6 +240,14 @@ def _ew_of(g: Graph, prog: Program, ins: Instr) -> EwProgram:
     if not instrs:
         instrs = [EwInstr("Identity", (0,))]
     return EwProgram(list(n.inputs), instrs)
+
+
+def _channel_view(prog: Program, name: str, rank: int) -> str:
+    """A per-channel vector [C] viewed as [1, C, 1, ...] (so that it broadcasts along axis 1)."""
+    t = prog.buffers[name].type
+    shape = (1, t.size) + (1,) * (rank - 2) if rank > 1 else (t.size,)
+    s = prog.storage(name)
+    return add_buffer(prog, f"{name}.view", TensorType(t.dtype, shape), region=s.region, alias_of=s.name)
 
 
 def _new_const(g: Graph, prog: Program, data: np.ndarray, hint: str) -> str:
@@ -355,7 +381,7 @@ def add_buffer(prog: Program, hint: str, t: TensorType, layout: str = "", region
 
 
 def storage_layout(prog: Program, name: str) -> str:
-    return getattr(prog.storage(name), "layout", "")
+    return prog.storage(name).layout
 
 
 def is_reshaped_view(prog: Program, name: str) -> bool:
@@ -506,11 +532,16 @@ def insert_pads(prog: Program) -> None:
             xt = prog.buffers[x].type
             ks = g.type(ins.node.inputs[1]).shape[2:] if k in ("conv", "qconv") else ins.attrs["kernel_shape"]
             begin, end = pad_spec(xt, ins.attrs, ks, bool(ins.attrs.get("ceil_mode", 0)))
-            readable = view_layout(prog, x) == CL or (layout_free(xt) and not is_reshaped_view(prog, x)
-                                                        and view_layout(prog, x) != "?")
+            vl = view_layout(prog, x)
+            # a GEMM convolution reads its input through strides: logical (NCHW) order works too,
+            # which keeps the first layer's padding a plain row copy of the graph input
+            gemm = k == "conv" and not (ins.attrs["group"] == xt.shape[1] == g.type(ins.node.inputs[1]).shape[0])
+            readable = vl == CL or (gemm and vl == "") or (layout_free(xt) and not is_reshaped_view(prog, x)
+                                                           and vl != "?")
             if any(begin) or any(e > 0 for e in end) or not readable:
                 shape = xt.shape[:2] + tuple(xt.shape[2 + i] + begin[i] + end[i] for i in range(len(begin)))
-                name = add_buffer(prog, f"{x}.pad", TensorType(xt.dtype, shape), CL)
+                lay = "" if gemm and vl == "" and not layout_free(xt) else CL
+                name = add_buffer(prog, f"{x}.pad", TensorType(xt.dtype, shape), lay)
                 out.append(Instr("Pad", f"pad:{name}", [x], [name],
                                  {"kernel": "padcl", "begin": begin, "end": end, "value": _pad_value(g, ins)}))
                 ins.reads[0] = name
@@ -521,9 +552,46 @@ def insert_pads(prog: Program) -> None:
     prog.instrs = out
 
 
+#: Kernels that can store their output into the interior of a padded buffer (Ctx.out_view).
+HALO_KERNELS = ("conv", "pool")
+
+
+def write_into_pads(prog: Program) -> int:
+    """A padded copy of a tensor whose producer can store with row strides is not a copy:
+    the producer writes straight into the padded buffer's interior and the Pad only fills
+    the border (moved before the producer). Returns how many copies disappeared."""
+    producer = {w: ins for ins in prog.instrs for w in ins.writes}
+    readers = _readers(prog)
+    done = 0
+    for pad in list(prog.instrs):
+        if pad.attrs.get("kernel") != "padcl":
+            continue
+        x = pad.reads[0]
+        q = producer.get(x)
+        b = prog.buffers[x]
+        if q is None or q.attrs.get("kernel") not in HALO_KERNELS or len(q.writes) != 1 or q.attrs.get("halo"):
+            continue
+        if (b.region != "activation" or b.alias_of is not None or b.layout != CL
+                or b.type.dtype != "float32" or any(e < 0 for e in pad.attrs["end"])):
+            continue
+        if [r for r in readers.get(x, []) if r is not pad] or any(v.alias_of == x for v in prog.buffers.values()):
+            continue
+        xp = pad.writes[0]
+        rank = b.type.rank
+        q.attrs["halo"] = {"of": x, "buffer": xp, "begin": [0, 0] + list(pad.attrs["begin"]) + [0] * (rank - 2 - len(
+            pad.attrs["begin"]))}
+        q.writes = [xp]  # x itself is never stored: its buffer only describes the output's type
+        pad.reads = []
+        pad.attrs["border_only"] = True
+        prog.instrs.remove(pad)
+        prog.instrs.insert(prog.instrs.index(q), pad)
+        done += 1
+    return done
+
+
 def _pad_value(g: Graph, ins: Instr) -> float:
     if ins.op == "MaxPool":
-        return -math.inf if g.type(ins.node.inputs[0]).dtype == "float32" else -128
+        return {"float32": -math.inf, "int8": -128, "uint8": 0}[g.type(ins.node.inputs[0]).dtype]
     if ins.op in ("QConv", "QAvgPool"):
         return ins.attrs["z_in"]
     return 0.0
@@ -540,6 +608,7 @@ def lower_for_cpu(g: Graph, alignment: int = 64) -> tuple[Program, MemoryPlan]:
     fuse_epilogues(prog)
     assign_layouts(prog)
     insert_pads(prog)
+    write_into_pads(prog)
     for ins in prog.instrs:
         _mark_inplace(prog, ins)
     plan = plan_program(prog, align=alignment)
@@ -569,7 +638,6 @@ def pack_runtime_conv_weights(prog: Program) -> None:
         if ins.attrs.get("kernel") == "conv" and prog.buffers[ins.reads[1]].region != "weight":
             w = ins.reads[1]
             wt = prog.buffers[w].type
-            xt = prog.buffers[ins.reads[0]].type
             G = ins.attrs["group"]
             M, Cg = wt.shape[:2]
             ks = tuple(wt.shape[2:]) if wt.rank == 4 else (1, wt.shape[2])
@@ -577,7 +645,6 @@ def pack_runtime_conv_weights(prog: Program) -> None:
             out.append(Instr("WPack", f"wpack:{packed}", [w], [packed], {"kernel": "wpack", "group": G}))
             ins.reads[1] = packed
             ins.attrs["runtime_weights"] = True
-            del xt
         out.append(ins)
     prog.instrs = out
 
@@ -597,7 +664,7 @@ def _mark_inplace(prog: Program, ins: Instr) -> None:
     else:
         return
     same = [n for n in names if prog.buffers[n].region == "activation" and prog.buffers[n].type == out.type
-            and getattr(prog.storage(n), "layout", "") == getattr(out, "layout", "")
+            and prog.storage(n).layout == out.layout
             and not is_reshaped_view(prog, n)]
     if k in ("conv", "gemm"):
         same = [n for n in same if prog.storage(n).name not in {prog.storage(r).name for r in ins.reads[:2]}]

@@ -9,7 +9,6 @@ either): a kernel writing outside its buffers is caught at the run that does it.
 from __future__ import annotations
 
 import ctypes
-import os
 import shutil
 import subprocess
 import tempfile
@@ -111,6 +110,3 @@ class NativeModel:
                 out[spec["name"]] = raw.view(spec["dtype"]).reshape(spec["shape"]).copy()
         return out
 
-
-def env_keep_so() -> bool:
-    return bool(os.environ.get("HWC_KEEP_SO"))

@@ -8,8 +8,8 @@ from hwc.backends.cpu.kernels.elementwise import emit_ew
 from hwc.backends.cpu.kernels.gemm import emit_conv, emit_gemm, emit_qconv, emit_qgemm
 from hwc.backends.cpu.kernels.int8 import INT8_EMITTERS
 from hwc.backends.cpu.kernels.misc import emit_reduce, emit_softmax
-from hwc.backends.cpu.kernels.pool import emit_gpool, emit_pool
 from hwc.backends.cpu.kernels.movement import MOVE_EMITTERS
+from hwc.backends.cpu.kernels.pool import emit_gpool, emit_pool
 
 EMITTERS = {
     "ew": emit_ew,

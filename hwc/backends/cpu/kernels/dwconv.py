@@ -67,7 +67,7 @@ def emit_depthwise(ctx, x, out, w, bias, in_shape, out_sp, ks, st, dl, program, 
     def micro(x_off, o, c0, mr, widths):
         res_off, o_off = o
         accs = []
-        for r in range(mr):
+        for _ in range(mr):
             for j, wd in enumerate(widths):
                 accs.append(kb.load(kb.gep(bp, b.add(c0, kb.i64(j * lanes)), at), at, wd))
         for i in range(kh):

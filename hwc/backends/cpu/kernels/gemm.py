@@ -38,6 +38,9 @@ from hwc.ir.ops import EwInstr
 class Dim:
     count: int
     strides: dict[str, int]  # array key -> element stride along this dim
+    # keys walked as two dims folded into this one: key -> (inner count, outer stride, inner stride);
+    # element i is at (i // inner count) * outer stride + (i % inner count) * inner stride
+    wrap: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -251,11 +254,22 @@ class _Emitter:
         if full:
             def body(i, _):
                 o = {k: self._add(v, i, dim.strides.get(k, 0) * MR) for k, v in offs.items()}
+                o["p0"] = self.b.mul(i, kb.i64(MR))
                 self._micro(o, MR, cols, dim)
             kb.loop(full, body, name="p")
         if tail:
             o = {k: self._add(v, kb.i64(full), dim.strides.get(k, 0) * MR) for k, v in offs.items()}
+            o["p0"] = kb.i64(full * MR)
             self._micro(o, tail, cols, dim)
+
+    def _pix_off(self, offs, dim: Dim, key: str, r: int):
+        """Offset of pixel r of the block in array `key` (a wrapped key: by division)."""
+        kb, b = self.kb, self.b
+        if key not in dim.wrap:
+            return b.add(offs[key], kb.i64(r * dim.strides.get(key, 0)))
+        w, so, si = dim.wrap[key]
+        p = b.add(offs["p0"], kb.i64(r))
+        return b.add(offs[key], b.add(b.mul(b.udiv(p, kb.i64(w)), kb.i64(so)), b.mul(b.urem(p, kb.i64(w)), kb.i64(si))))
 
     # -- the micro-kernel --
     def _micro(self, offs, mr: int, cols: int, dim: Dim):
@@ -314,8 +328,9 @@ class _Emitter:
             if level == len(spec.k_dims):
                 return step(a_off, b_off, acc)
             c, a_s = spec.k_dims[level]
-            return kb.loop(c, lambda i, cur: kloop(level + 1, self._add(a_off, i, a_s), self._add(b_off, i, b_strides[level]),
-                                                   cur), acc, name=f"k{level}")
+            b_s = b_strides[level]
+            return kb.loop(c, lambda i, cur: kloop(level + 1, self._add(a_off, i, a_s), self._add(b_off, i, b_s), cur),
+                           acc, name=f"k{level}")
         accs = kloop(0, offs["a"], offs["b"], accs)
         self._store(offs, accs, mr, widths, dim)
 
@@ -323,15 +338,16 @@ class _Emitter:
         spec, kb, b = self.spec, self.kb, self.b
         if self.int8:
             for r in range(mr):
-                out_off = b.add(offs["out"], kb.i64(r * dim.strides.get("out", 0)))
-                for j, w in enumerate(widths):
+                out_off = self._pix_off(offs, dim, "out", r)
+                for j in range(len(widths)):
                     col = b.add(offs["col"], kb.i64(j * self.lanes))
                     y = requantize(kb, accs[r * len(widths) + j], self.rq_ptrs, col, spec.requant)
                     kb.store(y, kb.gep(spec.out, b.add(out_off, kb.i64(j * self.lanes)), I8))
             return
         used = {a for i in spec.program.instrs for a in i.args if isinstance(a, int)} | {spec.program.result}
         for r in range(mr):
-            out_off = b.add(offs["out"], kb.i64(r * dim.strides.get("out", 0)))
+            out_off = self._pix_off(offs, dim, "out", r)
+            res_off = self._pix_off(offs, dim, "res", r)
             for j, w in enumerate(widths):
                 vals = []
                 col_off = j * self.lanes
@@ -344,7 +360,7 @@ class _Emitter:
                     elif src[0] == "value":
                         vals.append(kb.const(vec(F32, w), src[1]))
                     elif src[0] == "same":
-                        r_off = b.add(offs["res"], kb.i64(r * dim.strides.get("res", 0) + col_off))
+                        r_off = b.add(res_off, kb.i64(col_off))
                         vals.append(kb.load(kb.gep(src[1], r_off), F32, w))
                     elif src[0] == "col":
                         vals.append(kb.load(kb.gep(src[1], b.add(offs["col"], kb.i64(col_off))), F32, w))
@@ -443,7 +459,7 @@ def _col_const_fn(srcs, program, ctx, n_cols, groups=1):
 def emit_conv(ctx) -> None:
     ins = ctx.ins
     a = ins.attrs
-    x, out = ins.reads[0], ins.writes[0]
+    x, out = ins.reads[0], ctx.output()
     if a.get("runtime_weights"):
         return _conv_runtime_weights(ctx)
     wdata = ctx.graph.const(ins.node.inputs[1])
@@ -475,12 +491,12 @@ def emit_conv(ctx) -> None:
           wdata.astype(np.float64)[:, :, None, :] * scale[:, None, None, None]).reshape(G, Mg, Cg, kh, kw)
     bmat = wg.transpose(0, 3, 4, 2, 1).reshape(G, kh * kw * Cg, Mg)
     optr, ost = ctx.out_view(out)
-    dims = _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd)
+    dims = _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd, ctx.layout(x))
     spec = GemmSpec(
         n_cols=Mg,
-        k_dims=_merge_k([(kh, dl[0] * Wp * C), (kw, dl[1] * C), (Cg, 1)]),
+        k_dims=_merge_k(_conv_k(kh, kw, Cg, Hp, Wp, C, dl, ctx.layout(x))),
         rows=_merge_rows(dims),
-        groups=Dim(G, {"a": Cg, "out": Mg, "res": Mg, "col": Mg, "bias": Mg}),
+        groups=Dim(G, {"a": Cg * _chan_stride(Hp, Wp, ctx.layout(x)), "out": Mg, "res": Mg, "col": Mg, "bias": Mg}),
         a=ctx.ptr(x), out=optr, b_packed=bmat.astype(np.float32), bias=bias.reshape(G, Mg),
         program=program, operands=srcs)
     run_gemm(ctx, spec)
@@ -491,7 +507,7 @@ def _conv_runtime_weights(ctx) -> None:
     [G, kh, kw, Cg, Mg], read in place; the bias is the epilogue's first add."""
     ins = ctx.ins
     a = ins.attrs
-    x, wp, out = ins.reads[0], ins.reads[1], ins.writes[0]
+    x, wp, out = ins.reads[0], ins.reads[1], ctx.output()
     xt, ot, pt = ctx.type(x), ctx.type(out), ctx.type(wp)
     nd = xt.rank - 2
     G, kh, kw, Cg, Mg = pt.shape
@@ -516,23 +532,36 @@ def _conv_runtime_weights(ctx) -> None:
             srcs.extend(epilogue_operands(ctx, EwProgram([name]), out, 1, M) if name is not None else [None])
     K = kh * kw * Cg
     optr, ost = ctx.out_view(out)
-    dims = _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd)
+    dims = _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd, ctx.layout(x))
     spec = GemmSpec(
-        n_cols=Mg, k_dims=[(kh, dl[0] * Wp * C), (kw, dl[1] * C), (Cg, 1)], rows=_merge_rows(dims),
-        groups=Dim(G, {"a": Cg, "out": Mg, "res": Mg, "col": Mg, "b": K * Mg}), a=ctx.ptr(x), out=optr,
+        n_cols=Mg, k_dims=_conv_k(kh, kw, Cg, Hp, Wp, C, dl, ctx.layout(x)), rows=_merge_rows(dims),
+        groups=Dim(G, {"a": Cg * _chan_stride(Hp, Wp, ctx.layout(x)), "out": Mg, "res": Mg, "col": Mg,
+                       "b": K * Mg}), a=ctx.ptr(x), out=optr,
         b_ptr=ctx.ptr(wp), b_k=Mg, b_col=1, program=program, operands=srcs)
     spec.k_dims = [(c, s_) for c, s_ in spec.k_dims if c > 1] or [(1, 0)]
     run_gemm(ctx, spec)
 
 
-def _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd) -> list[Dim]:
-    """Row dims of a channels-last convolution: A walks the padded input, "out" the output
-    (possibly the interior of a padded buffer: strides `ost` of its logical axes), "res"
-    the unpadded output order (operands shaped like the output)."""
+def _chan_stride(Hp, Wp, layout) -> int:
+    """Element stride between input channels: 1 channels-last, a whole plane in NCHW."""
+    return 1 if layout == CL else Hp * Wp
+
+
+def _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd, layout=CL) -> list[Dim]:
+    """Row dims of a convolution: A walks the (padded) input, channels-last or NCHW; "out"
+    the output (possibly the interior of a padded buffer: strides `ost` of its logical
+    axes); "res" the unpadded output order (operands shaped like the output)."""
     sn, sh, sw = (ost[0], 0, ost[2]) if nd == 1 else (ost[0], ost[2], ost[3])
+    px = C if layout == CL else 1  # element stride of one input pixel
     return [Dim(N, {"a": Hp * Wp * C, "out": sn, "res": OH * OW * M}),
-            Dim(OH, {"a": st[0] * Wp * C, "out": sh, "res": OW * M}),
-            Dim(OW, {"a": st[1] * C, "out": sw, "res": M})]
+            Dim(OH, {"a": st[0] * Wp * px, "out": sh, "res": OW * M}),
+            Dim(OW, {"a": st[1] * px, "out": sw, "res": M})]
+
+
+def _conv_k(kh, kw, Cg, Hp, Wp, C, dl, layout=CL):
+    """The reduction dims (kh, kw, input channel) with their A strides."""
+    px = C if layout == CL else 1
+    return [(kh, dl[0] * Wp * px), (kw, dl[1] * px), (Cg, _chan_stride(Hp, Wp, layout))]
 
 
 def _merge_k(dims):
@@ -547,8 +576,13 @@ def _merge_k(dims):
     return out or [(1, 0)]
 
 
+#: Arrays whose rows may be folded by division (only the stores use them, once per pixel).
+WRAPPABLE = ("out", "res")
+
+
 def _merge_rows(dims: list[Dim]) -> list[Dim]:
-    """Drop size-1 dims; merge a dim into the next when every array walks them contiguously."""
+    """Drop size-1 dims; merge a dim into the next when every array walks them contiguously,
+    or when only the output does not (a padded output's rows): then its offsets wrap."""
     dims = [d for d in dims if d.count > 1] or [Dim(1, {})]
     out = [dims[0]]
     for d in dims[1:]:
@@ -558,6 +592,13 @@ def _merge_rows(dims: list[Dim]) -> list[Dim]:
             out[-1] = Dim(p.count * d.count, dict(d.strides))
         else:
             out.append(d)
+    if len(out) >= 2:  # the blocked (last) dim may absorb the one before it, wrapping the output only
+        p, d = out[-2], out[-1]
+        keys = set(p.strides) | set(d.strides)
+        bad = [k for k in keys if p.strides.get(k, 0) != d.strides.get(k, 0) * d.count]
+        if all(k in WRAPPABLE for k in bad) and d.count < 64:
+            wrap = {k: (d.count, p.strides.get(k, 0), d.strides.get(k, 0)) for k in bad}
+            out[-2:] = [Dim(p.count * d.count, {k: v for k, v in d.strides.items() if k not in bad}, wrap)]
     return out
 
 
@@ -659,7 +700,7 @@ def emit_qconv(ctx) -> None:
     (the padded input is filled with z_in, so padding still contributes 0)."""
     ins = ctx.ins
     a = ins.attrs
-    x, out = ins.reads[0], ins.writes[0]
+    x, out = ins.reads[0], ctx.output()
     wdata = ctx.const_data(ins.reads[1]).astype(np.int64)
     bias = ctx.const_data(ins.reads[2]).astype(np.int64)
     xt, ot = ctx.type(x), ctx.type(out)
@@ -685,10 +726,11 @@ def emit_qconv(ctx) -> None:
                                    (kh, kw), st, dl, rq)
     bmat = wdata.reshape(G, Mg, Cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(G, kh * kw * Cg, Mg)
     optr, ost = ctx.out_view(out)
-    dims = _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd)
+    dims = _conv_rows(N, OH, OW, M, Hp, Wp, C, st, ost, nd, ctx.layout(x))
     spec = GemmSpec(
-        n_cols=Mg, k_dims=_merge_k([(kh, dl[0] * Wp * C), (kw, dl[1] * C), (Cg, 1)]), rows=_merge_rows(dims),
-        groups=Dim(G, {"a": Cg, "out": Mg, "res": Mg, "col": Mg, "bias": Mg}), a=ctx.ptr(x), out=optr,
+        n_cols=Mg, k_dims=_merge_k(_conv_k(kh, kw, Cg, Hp, Wp, C, dl, ctx.layout(x))), rows=_merge_rows(dims),
+        groups=Dim(G, {"a": Cg * _chan_stride(Hp, Wp, ctx.layout(x)), "out": Mg, "res": Mg, "col": Mg, "bias": Mg}),
+        a=ctx.ptr(x), out=optr,
         b_packed=bmat.astype(np.int8), bias=bias.astype(np.int32).reshape(G, Mg),
         program=EwProgram([None]), operands=[None], requant=rq)
     run_gemm(ctx, spec)

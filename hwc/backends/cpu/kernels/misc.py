@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from llvmlite import ir
+import numpy as np
 
-from hwc.backends.cpu.irb import F32, F64, vec
+from hwc.backends.cpu.irb import ELEM, F32, F64, vec
 from hwc.backends.cpu.kernels.common import collapse, contiguous_strides, nest, vector_inner
 from hwc.backends.cpu.kernels.ewmath import exp64, log64, maximum, minimum, to32, to64
 
@@ -74,8 +74,15 @@ def emit_reduce(ctx) -> None:
         return
     xp, op_ = ctx.ptr(x), ctx.ptr(out)
     wide = op in ("ReduceMean", "ReduceSum")
-    et = F64 if wide else F32
-    init = {"ReduceSum": 0.0, "ReduceMean": 0.0, "ReduceMax": -math.inf, "ReduceMin": math.inf}[op]
+    integer = xt.dtype != "float32"
+    et = F64 if wide else (ELEM[xt.dtype] if integer else F32)
+    if integer:  # Max/Min of integers or booleans
+        info = np.iinfo(np.uint8 if xt.dtype == "bool" else xt.dtype)
+        init = info.min if op == "ReduceMax" else info.max
+        unsigned = xt.dtype in ("bool", "uint8")
+        lt = (lambda p, q: b.icmp_unsigned("<", p, q)) if unsigned else (lambda p, q: b.icmp_signed("<", p, q))
+    else:
+        init = {"ReduceSum": 0.0, "ReduceMean": 0.0, "ReduceMax": -math.inf, "ReduceMin": math.inf}[op]
     outer, (n, (o_in, x_in)) = kdims[:-1], kdims[-1]
     lanes = ctx.lanes if x_in == 1 and o_in == 1 else 1
 
@@ -87,10 +94,12 @@ def emit_reduce(ctx) -> None:
             xb = b.add(x0, b.mul(j, kb.i64(x_in)))
 
             def step(roffs):
-                v = _load(kb, xp, b.add(xb, roffs[0]), w, x_in)
+                v = _load(kb, xp, b.add(xb, roffs[0]), w, x_in, et if integer else F32)
                 v = to64(kb, v) if wide else v
                 cur = state[0]
-                if op in ("ReduceSum", "ReduceMean"):
+                if integer:
+                    state[0] = b.select(lt(cur, v), v, cur) if op == "ReduceMax" else b.select(lt(v, cur), v, cur)
+                elif op in ("ReduceSum", "ReduceMean"):
                     state[0] = b.fadd(cur, v)
                 elif op == "ReduceMax":
                     state[0] = maximum(kb, cur, v)
@@ -103,21 +112,21 @@ def emit_reduce(ctx) -> None:
             if op == "ReduceMean":
                 y = b.fdiv(y, kb.const(y.type, float(count) if count else 0.0))
             y = to32(kb, y) if wide else y
-            _store(kb, y, op_, b.add(o0, b.mul(j, kb.i64(o_in))), o_in)
+            _store(kb, y, op_, b.add(o0, b.mul(j, kb.i64(o_in))), o_in, et if integer else F32)
         vector_inner(kb, n, lanes, vec_)
     nest(kb, outer, [0, 0], body)
 
 
-def _load(kb, ptr, off, w, stride):
+def _load(kb, ptr, off, w, stride, ety=F32):
     from hwc.backends.cpu.kernels.common import load_strided
 
-    return load_strided(kb, ptr, off, stride, w, F32)
+    return load_strided(kb, ptr, off, stride, w, ety)
 
 
-def _store(kb, v, ptr, off, stride):
+def _store(kb, v, ptr, off, stride, ety=F32):
     from hwc.backends.cpu.kernels.common import store_strided
 
-    store_strided(kb, v, ptr, off, stride, F32)
+    store_strided(kb, v, ptr, off, stride, ety)
 
 
 def _carry_nest(kb, dims, state, step):
@@ -134,5 +143,3 @@ def _carry_nest(kb, dims, state, step):
         return kb.loop(cnt, body, [cur], name=f"red{level}")[0]
     state[0] = rec(0, kb.i64(0), state[0])
 
-
-_ = ir

@@ -93,12 +93,13 @@ def _clip_box(box, start, begin, counts, ax):
 def emit_padcl(ctx) -> None:
     """Padded channels-last copy of a Conv/pool input (begin/end per spatial axis)."""
     a = ctx.ins.attrs
-    src, dst = ctx.ins.reads[0], ctx.ins.writes[0]
-    xs = ctx.type(src).shape
+    dst = ctx.ins.writes[0]
+    ps = ctx.type(dst).shape
     nd = len(a["begin"])
     begin = [0, 0] + list(a["begin"])
-    counts = list(xs[:2]) + [xs[2 + i] + min(0, a["end"][i]) for i in range(nd)]
-    copy_region(ctx, dst, src, counts, dst_start=begin)
+    counts = list(ps[:2]) + [ps[2 + i] - a["begin"][i] - max(0, a["end"][i]) for i in range(nd)]
+    if not a.get("border_only"):  # else the producer stores the interior itself (write_into_pads)
+        copy_region(ctx, dst, ctx.ins.reads[0], counts, dst_start=begin)
     _pad_boxes(ctx, dst, begin, None, counts, a["value"])
 
 

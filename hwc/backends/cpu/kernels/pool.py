@@ -41,7 +41,7 @@ def emit_pool(ctx) -> None:
     kb, b = ctx.kb, ctx.b
     ins = ctx.ins
     a = ins.attrs
-    x, out = ins.reads[0], ins.writes[0]
+    x, out = ins.reads[0], ctx.output()
     xt, ot = ctx.type(x), ctx.type(out)
     is_max = ins.op == "MaxPool"
     nd = xt.rank - 2
@@ -54,7 +54,9 @@ def emit_pool(ctx) -> None:
         (kh, kw), (sh, sw), (dh, dw) = a["kernel_shape"], a["strides"], a["dilations"]
     ety = ELEM[xt.dtype]
     lanes = elem_lanes(kb, ety)
-    xp, op = ctx.ptr(x), ctx.ptr(out)
+    xp = ctx.ptr(x)
+    op, ost = ctx.out_view(out)
+    o_n, o_h, o_w = (ost[0], ost[2], ost[3]) if nd == 2 else (ost[0], 0, ost[2])
     recip = None
     if not is_max:
         orig_in = ctx.type(ins.node.inputs[0]).shape[2:]
@@ -67,7 +69,7 @@ def emit_pool(ctx) -> None:
 
     def pixel(n, oh, ow):
         x0 = b.add(b.add(b.mul(n, kb.i64(Hp * Wp * C)), b.mul(oh, kb.i64(sh * Wp * C))), b.mul(ow, kb.i64(sw * C)))
-        o0 = b.add(b.add(b.mul(n, kb.i64(OH * OW * C)), b.mul(oh, kb.i64(OW * C))), b.mul(ow, kb.i64(C)))
+        o0 = b.add(b.add(b.mul(n, kb.i64(o_n)), b.mul(oh, kb.i64(o_h))), b.mul(ow, kb.i64(o_w)))
 
         def vec_(c, w):
             def tap_val(off):
@@ -77,6 +79,8 @@ def emit_pool(ctx) -> None:
                 if is_max:
                     if ety == F32:
                         return maximum(kb, acc, v)
+                    if xt.dtype == "uint8":
+                        return b.select(b.icmp_unsigned(">", v, acc), v, acc)
                     return b.select(b.icmp_signed(">", v, acc), v, acc)
                 return b.fadd(acc, v)
             if len(taps) <= 16:
@@ -117,7 +121,7 @@ def _attrs2d(a, nd):
 
 def emit_gpool(ctx) -> None:
     kb, b = ctx.kb, ctx.b
-    x, out = ctx.ins.reads[0], ctx.ins.writes[0]
+    x, out = ctx.ins.reads[0], ctx.output()
     xt = ctx.type(x)
     N, C = xt.shape[:2]
     P = math.prod(xt.shape[2:])
@@ -141,7 +145,7 @@ def emit_gpool(ctx) -> None:
                     outv.append(maximum(kb, acc[j], v) if is_max else b.fadd(acc[j], v))
                 return outv
             acc = kb.loop(P - 1, pbody, init, name="px") if P > 1 else init
-            for j, (w, v) in enumerate(zip(widths, acc)):
+            for j, v in enumerate(acc):
                 if not is_max:
                     v = b.fdiv(v, kb.const(v.type, float(P)))
                 kb.store(v, kb.gep(op, b.add(o0, b.add(c0, kb.i64(j * lanes)))))
