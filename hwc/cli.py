@@ -200,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import os
+
+    if not sys.stdout.isatty():
+        os.environ.setdefault("COLUMNS", "160")  # piped output: wide tables instead of 80-column wrapping
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.debug:
