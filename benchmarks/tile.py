@@ -14,10 +14,11 @@ import statistics
 import sys
 import time
 
+from hwc.targets import load_target
+
 from hwc.errors import UnsupportedError
 from hwc.frontend import import_onnx
 from hwc.quant.build import quantize_model
-from hwc.targets import load_target
 from hwc.tile.build import build_tile
 from hwc.zoo import MODELS, fc_autoencoder, random_inputs
 
@@ -61,8 +62,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     targets = ["tile8x8"] if args.quick else ["tile8x8", "tile32x32"]
     cases = CASES[:1] if args.quick else CASES
-    print("| model | target | MACs | cycles | MAC util. | weight loads hidden | no double-buffering: cycles (util., hidden) "
-          "| no stacking: cycles (util.) | build s | model run s |")
+    print("| model | target | MACs | cycles | MAC util. | weight loads hidden "
+          "| no double-buffering: cycles (util., hidden) | no stacking: cycles (util.) | build s | model run s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, fn in cases:
         model = fn()

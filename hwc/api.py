@@ -27,6 +27,7 @@ def build(
     passes: dict | None = None,
     triple: str | None = None,
     cpu: str | None = None,
+    hdl: bool = True,
 ) -> Artifact:
     """Compile `model` (a path or ModelProto) for `target` (a bundled name or a YAML path).
 
@@ -36,7 +37,8 @@ def build(
     model is imported with its own scales and needs no calibration data.
     `passes`: options of the graph optimizer (hwc.passes.optimize: dump_after,
     stop_after, prune). `triple`/`cpu` (kind cpu only): cross-compile for this LLVM
-    target triple / CPU instead of the target file's (the host by default).
+    target triple / CPU instead of the target file's (the host by default). `hdl` (kind
+    tile only): False skips generating the tile's Verilog (tile.v), which takes seconds.
     """
     tgt = load_target(target)
     graph = import_onnx(model if isinstance(model, onnx.ModelProto) else Path(model), input_shapes)
@@ -54,16 +56,26 @@ def build(
         graph = quantize_model(graph, tgt, calib, quant_config, progress=sys.stderr.isatty())
         report = {"target": tgt["name"], **summary(graph), "quant": quant_report(graph)}
         report["macs"] = cost_of(graph, tgt["kind"])[0]
-        return _artifact(tgt, graph, report, {"int8": True, "quant_mode": report["quant"]["mode"]}, triple, cpu)
+        return _artifact(tgt, graph, report, {"int8": True, "quant_mode": report["quant"]["mode"]}, triple, cpu, hdl)
     from hwc.passes import optimize
 
     graph, stats = optimize(graph, tgt, **(passes or {}))
     report = {"target": tgt["name"], **summary(graph), "passes": without_timings(stats.to_dict())}
-    return _artifact(tgt, graph, report, {"int8": False}, triple, cpu)
+    return _artifact(tgt, graph, report, {"int8": False}, triple, cpu, hdl)
 
 
-def _artifact(tgt, graph, report, info, triple, cpu) -> Artifact:
-    """The target kind's artifact for the optimized (or quantized) graph."""
+def _artifact(tgt, graph, report, info, triple, cpu, hdl=True) -> Artifact:
+    """The target kind's artifact for the optimized (or quantized) graph, its report completed
+    with the data report.html and `hwc report` show (hwc.report.data)."""
+    from hwc.report.data import complete
+
+    art = _backend_artifact(tgt, graph, report, info, triple, cpu, hdl)
+    complete(art)
+    return art
+
+
+def _backend_artifact(tgt, graph, report, info, triple, cpu, hdl) -> Artifact:
+    """The target kind's backend builds the artifact."""
     if tgt["kind"] == "cpu":
         from hwc.backends.cpu import build_artifact
 
@@ -71,7 +83,7 @@ def _artifact(tgt, graph, report, info, triple, cpu) -> Artifact:
     if tgt["kind"] == "tile":
         from hwc.tile.build import build_tile
 
-        art = build_tile(graph, tgt)
+        art = build_tile(graph, tgt, hdl=hdl)
         art.report["quant"] = report["quant"]
         return art
     return RefArtifact(tgt, graph, report, info)

@@ -134,6 +134,7 @@ class Artifact:
             self._write(tmp)
             _write_json(tmp / "model.json", self.model_json())
             _write_json(tmp / "report.json", self.report)
+            _write_report_html(tmp)
             if dest.exists():
                 old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
                 os.rename(dest, old / "x")
@@ -159,6 +160,13 @@ class Artifact:
 
 def _write_json(path: Path, doc: Any) -> None:
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def _write_report_html(folder: Path) -> None:
+    """report.html, rendered from the report.json just written (hwc/report/html.py): one source."""
+    from hwc.report.html import write
+
+    write(folder, json.loads((folder / "report.json").read_text()))
 
 
 def load(path: str | os.PathLike) -> Artifact:

@@ -21,6 +21,7 @@ from hwc.hw import cli as hw_cli
 from hwc.passes.cli import add_parser as add_opt_parser
 from hwc.passes.cli import add_pass_options, pass_options
 from hwc.quant import cli as qcli
+from hwc.report import cli as report_cli
 from hwc.tile import cli as tile_cli
 
 out = Console(highlight=False)
@@ -111,11 +112,11 @@ def cmd_build(args) -> int:
     import hwc
 
     t0 = time.perf_counter()
-    with out.status(f"building {args.model} for {args.target} ..."):
-        art = hwc.build(args.model, target=args.target, calib=args.calib, int8=args.int8,
-                        input_shapes=input_shapes(args), quant_config=args.quant_config,
-                        passes=pass_options(args), triple=args.triple, cpu=args.cpu)
-        dest = art.save(args.output)
+    err.print(f"building {args.model} for {args.target} ...")
+    art = hwc.build(args.model, target=args.target, calib=args.calib, int8=args.int8,
+                    input_shapes=input_shapes(args), quant_config=args.quant_config,
+                    passes=pass_options(args), triple=args.triple, cpu=args.cpu)
+    dest = art.save(args.output)
     rep = art.report
     out.print(f"built {args.model} for [bold]{art.target['name']}[/bold] -> {dest}/ "
               f"in {time.perf_counter() - t0:.2f} s")
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_opt_parser(sub)
     qcli.add_parser(sub)
     tile_cli.add_parsers(sub)
+    report_cli.add_parser(sub)
     hw_cli.add_parser(sub)
     cpu_cli.add_bench_parser(sub)
     return p

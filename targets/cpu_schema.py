@@ -21,7 +21,7 @@ DEFAULTS: dict[str, Any] = {
     "triple": "host", "cpu": "host", "features": "host", "simd_bits": "auto", "vector_registers": "auto",
     "alignment": 64,
 }
-KNOWN = {"name", "kind", "description", *DEFAULTS}
+KNOWN = {"name", "kind", "description", "energy_pj", *DEFAULTS}  # energy_pj: checked by hwc/report/energy.py
 SIMD_BITS = (32, 64, 128, 256, 512)
 
 
@@ -30,6 +30,10 @@ def validate_cpu(doc: dict, where: str) -> dict:
     if extra:
         raise TargetError(f"Target {where}: unknown key {extra[0]!r} for kind 'cpu' (known keys: "
                           f"{', '.join(sorted(KNOWN))}).")
+    if "energy_pj" in doc:
+        from hwc.report.energy import energy_table
+
+        energy_table({**doc, "name": where})  # raises TargetError on a bad entry
     out = {**DEFAULTS, **doc}
     for key in ("triple", "cpu", "features", "description"):
         if key in out and not isinstance(out[key], str):

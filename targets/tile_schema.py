@@ -105,6 +105,10 @@ def validate_tile(doc: dict, where: str) -> dict:
     _pow2(where, "decoder.fifo_depth", doc["decoder"]["fifo_depth"])
     if not doc["clock_mhz"] > 0:
         raise TargetError(f"Target {where}: clock_mhz must be positive.")
+    if "energy_pj" in doc:
+        from hwc.report.energy import energy_table
+
+        energy_table({**doc, "name": where})  # raises TargetError on a bad entry
     out = dict(doc)
     out["derived"] = {
         "config_name": f"{rows}x{cols}_i8w8a32_act{sp['act_lines']}_acc{sp['acc_lines']}"

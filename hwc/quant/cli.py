@@ -67,6 +67,28 @@ def results_table(results, picked, labels: bool, float_metric: float, title: str
     return t
 
 
+def write_search_html(args, tgt, results, picked, labels: bool, float_metric: float):
+    """The accuracy (SQNR without labels) against cost page, next to the quant-config (hwc/report/html.py)."""
+    from pathlib import Path
+
+    from hwc.report.html import render_search
+
+    metric = "accuracy" if labels else "agreement"
+    doc = {"model": str(args.model), "target": tgt["name"], "metric": metric, "max_loss": args.max_loss,
+           "float_metric": float_metric, "results": [r.to_json() for r in results],
+           "picked": next((i for i, r in enumerate(results) if r is picked), None),
+           "y": "metric" if labels else "sqnr_db",
+           "y_label": "top-1 accuracy (%)" if labels else "output SQNR (dB) against the float model",
+           "budget": float_metric - args.max_loss if labels else None,
+           "summary": f"{len(results)} configurations measured; the pick is the cheapest whose {metric} loss is "
+                      f"within {100 * args.max_loss:.2f}%" + ("" if labels else " (filled markers: within the "
+                                                                                 "budget)") + "."}
+    path = Path(args.output).with_suffix(".html")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_search(doc), encoding="utf-8")
+    return path
+
+
 def cmd_quant_search(args) -> int:
     from hwc.cli import err, input_shapes, out
     from hwc.errors import UserError
@@ -96,22 +118,21 @@ def cmd_quant_search(args) -> int:
     out.print(f"quant-search {args.model} for {tgt['name']}: {len(next(iter(p.calib.values())))} calibration, "
               f"{len(next(iter(p.feeds.values())))} evaluation samples; measuring {what}; "
               f"budget {100 * args.max_loss:.2f}% loss")
-    with out.status("searching ...") as status:
-        count = [0]
+    from hwc.report.progress import work
 
-        def done(r):
-            count[0] += 1
-            status.update(f"searching ... {count[0]} configurations measured (last: {r.cfg.label()})")
-
-        picked, results = search(p, max_loss=args.max_loss, jobs=args.jobs or None, progress=done)
+    with work("measuring configurations") as bar:
+        picked, results = search(p, max_loss=args.max_loss, jobs=args.jobs or None,
+                                 progress=lambda r: bar.done(r.cfg.label()), queued=bar.queued)
     from rich.console import Console
 
     wide = Console(highlight=False, width=max(out.width, 150))  # the table is wider than 80 columns
     wide.print(results_table(results, picked, labels, p.float_metric,
                              f"quant-search {args.model} ({tgt['name']}, {time.perf_counter() - t0:.0f} s)"))
+    page = write_search_html(args, tgt, results, picked, labels, p.float_metric)
+    out.print(f"plot of accuracy against cost: {page}")
     if picked is None:
         err.print(f"hwc: no configuration is within the loss budget of {100 * args.max_loss:.2f}%; "
-                  f"nothing written. Raise --max-loss, or give more representative calibration data.",
+                  f"no quant-config written. Raise --max-loss, or give more representative calibration data.",
                   soft_wrap=True)
         return 2
     cfg = picked.cfg.with_(search={"model": str(args.model), "target": tgt["name"], "max_loss": args.max_loss,

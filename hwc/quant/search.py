@@ -229,14 +229,17 @@ class _Pool:
 
 
 def search(p: Problem, *, max_loss: float = 0.01, jobs: int | None = None, base: QuantConfig | None = None,
-           stages: tuple[int, ...] = (1, 2, 3), progress=None) -> tuple[Result | None, list[Result]]:
-    """Run the staged search; returns (the pick or None, every result in order)."""
+           stages: tuple[int, ...] = (1, 2, 3), progress=None, queued=None) -> tuple[Result | None, list[Result]]:
+    """Run the staged search; returns (the pick or None, every result in order). `progress(result)`
+    is called as each candidate is measured, `queued(n)` before each batch of n candidates."""
     base = base or QuantConfig()
     jobs = jobs or min(os.cpu_count() or 1, 8)
     results: list[Result] = []
     pool = _Pool(p, jobs)
 
     def run(cfgs, stage):
+        if queued:
+            queued(len(cfgs))
         rs = pool.map(cfgs, progress)
         for r in rs:
             r.stage = stage

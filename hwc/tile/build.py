@@ -162,6 +162,7 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
                double_buffer: bool = True) -> TileArtifact:
     """Schedule an int8 graph for a tile target, measure it in the Python tile model, and
     package program, DRAM image, memory map, report and (with `hdl`) the tile's Verilog."""
+    from hwc.report.data import add_tile_data
     from hwc.sim.model import TileModel
     from hwc.tile.report import tile_report
 
@@ -175,6 +176,7 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     if res.error:
         raise AssertionError(f"scheduler produced an invalid program: {res.error.name} at {res.error_pc}")
     report = tile_report(target, plan, prog, res)
+    add_tile_data(report, target, plan, prog, res)  # per-layer events, timeline, ACT buffers (hwc/report)
     report["weights_bytes"] = len(const)
     report["nodes"] = len(graph.nodes)
     memory_map = {

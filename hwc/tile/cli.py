@@ -55,7 +55,9 @@ def cmd_sim(args) -> int:
         if args.vcd:
             art.vcd = args.vcd
         t0 = time.perf_counter()
-        with out.status("simulating tile.v in Icarus Verilog (cocotb) ..."):
+        from hwc.report.progress import waiting
+
+        with waiting(f"RTL simulation of tile.v (Icarus + cocotb), {model_run['cycles']:,} cycles expected"):
             yv = art.run(first, engine="rtl")
         rtl_run = dict(art.last_run, seconds=time.perf_counter() - t0)
         same = all(np.array_equal(yv[k], ym[k]) for k in ym)

@@ -189,7 +189,9 @@ class Codegen:
         return {"peak_lines": need, "lower_bound_lines": lower_bound(ivs), "naive_lines": naive_total(ivs),
                 "act_lines": self.act_lines, "method": how,
                 "peak_bytes": need * self.n, "lower_bound_bytes": lower_bound(ivs) * self.n,
-                "naive_bytes": naive_total(ivs) * self.n}
+                "naive_bytes": naive_total(ivs) * self.n,
+                "buffers": [{"name": iv.name, "offset": offsets[iv.name], "size": iv.size, "start": iv.start,
+                             "end": iv.end} for iv in ivs]}  # lines; steps = layers (the report's plot)
 
     # ---- 3. layers ------------------------------------------------------------------------------
     def fill_halo(self, g: Group, t: TileTensor) -> None:

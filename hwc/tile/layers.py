@@ -20,6 +20,7 @@ reference interpreter: the partition is recorded and shown in the report.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -472,29 +473,21 @@ def space_to_depth(plan: TilePlan, n_lanes: int) -> None:
         while name not in fixed and t.c * k * 2 <= n_lanes and t.w % (k * 2) == 0 and len(t.graph_shape) == 4:
             k *= 2
         f[name] = k
-    # every convolution needs an integer stride on the stacked input: raise the output factor, else drop the input's
+    # Every convolution needs an integer stride on the stacked input (sx * fo divisible by fi), residual
+    # operands and their result share one layout, and stacking needs the width to divide: lower factors
+    # until all of that holds (factors only decrease, so this ends).
     changed = True
     while changed:
         changed = False
         for layer in plan.layers:
-            if not isinstance(layer, ConvLayer):
-                continue
-            fi, fo, sx = f[layer.src], f[layer.dst], layer.strides[1]
-            if plan.tensors[layer.dst].w == 1:
-                sx = fi  # one output column: its stride is free
-            if (sx * fo) % fi:
-                want = fi // sx if fi % sx == 0 else None
-                dst = plan.tensors[layer.dst]
-                if want and dst.w % want == 0 and layer.dst not in fixed:
-                    f[layer.dst] = max(fo, want)
-                else:
-                    f[layer.src] = 1
-                changed = True
-            if isinstance(layer, ConvLayer) and plan.tensors[layer.dst].w % f[layer.dst]:
-                f[layer.dst] = 1
-                changed = True
-        for layer in plan.layers:  # residual operands and result share a layout
-            if isinstance(layer, AddLayer):
+            if isinstance(layer, ConvLayer):
+                fi, fo, sx = f[layer.src], f[layer.dst], layer.strides[1]
+                if plan.tensors[layer.dst].w == 1:
+                    sx = fi  # one output column: its stride is free
+                if (sx * fo) % fi:
+                    f[layer.src] = math.gcd(fi, sx * fo)
+                    changed = True
+            elif isinstance(layer, AddLayer):
                 k = min(f[layer.a], f[layer.b], f[layer.dst])
                 for nm in (layer.a, layer.b, layer.dst):
                     if f[nm] != k:
