@@ -102,9 +102,11 @@ def _tile_host_layers(art) -> None:
     tile_nodes = [i for i, nd in enumerate(g.nodes)
                   if any(d["node"] == nd.name and d["where"] == "tile" for d in rep.get("partition", []))]
     first = min(tile_nodes) if tile_nodes else len(g.nodes)
+    last = max(tile_nodes) if tile_nodes else -1
     host = {d["node"] for d in rep.get("partition", []) if d["where"] == "host"}
     rep["host_layers"] = [
-        {"name": nd.name, "op": nd.op, "where": "host", "position": "pre" if i < first else "post",
+        {"name": nd.name, "op": nd.op, "where": "host",
+         "position": "pre" if i < first else "post" if i > last else "between",
          "in_shapes": _shape_list(g, [x for x in nd.inputs if x and not g.values[x].is_const]),
          "out_shape": list(g.type(nd.outputs[0]).shape), "macs": ev.node_macs(g, nd)}
         for i, nd in enumerate(g.nodes) if nd.name in host]

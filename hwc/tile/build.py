@@ -25,14 +25,23 @@ from hwc.tile.layers import TilePlan, host_im2col, im2col_first_layer, partition
 
 
 def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
-             double_buffer: bool = True) -> tuple[TilePlan, TileProgram]:
-    """Partition the int8 graph and generate the tile program."""
-    plan = partition(g, target["array"]["rows"])
-    if im2col:
-        im2col_first_layer(plan, target["array"]["rows"], target["scratchpad"]["act_lines"])
-    if stack:
-        space_to_depth(plan, target["array"]["rows"])
-    return plan, Codegen(plan, target, double_buffer=double_buffer).run()
+             double_buffer: bool = True) -> list[tuple[TilePlan, TileProgram]]:
+    """Partition the int8 graph and generate one tile program per tile segment.
+
+    Segment k's data and program follow segment k-1's in external memory (one address space)."""
+    n = target["array"]["rows"]
+    out = []
+    base = 0
+    for plan in partition(g, n):
+        if im2col:
+            im2col_first_layer(plan, n, target["scratchpad"]["act_lines"])
+        if stack:
+            space_to_depth(plan, n)
+        prog = Codegen(plan, target, double_buffer=double_buffer, dram_base=base).run()
+        out.append((plan, prog))
+        end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
+        base = -(-end // 64) * 64
+    return out
 
 
 def tile_io(plan: TilePlan, prog: TileProgram) -> dict:
@@ -50,6 +59,7 @@ def tile_io(plan: TilePlan, prog: TileProgram) -> dict:
         "post": [n.name for n in plan.post],
         "inputs": [dict(desc(n, prog.inputs[n]), im2col=plan.im2col.get(n)) for n in plan.inputs],
         "outputs": [dict(desc(n, prog.outputs[n]), views=sorted(views.get(n, []))) for n in plan.outputs],
+        "dram_base": prog.dram_regions[0]["offset"],
         "io_end": prog.dram_bytes,
         "prog_offset": host.program_offset(prog.dram_bytes),
         "instructions": len(prog.program),
@@ -71,52 +81,66 @@ class TileArtifact(Artifact):
 
     # ---- running -----------------------------------------------------------------------------
     def _run_one(self, feeds, engine):
+        """Host nodes and tile segments in order; every segment's program runs on the same memory image."""
         if engine == "reference":
             return run_graph(self.graph, feeds)
-        io = self.info["tile"]
+        segments = self.info["tile"]["segments"]
         n = self.target["array"]["rows"]
-        env = self._host_env(feeds, io["pre"])
-        inputs = {}
-        for t in io["inputs"]:
-            src = t["im2col"]["src"] if t.get("im2col") else t["name"]
-            x = env[src]
-            if t.get("im2col"):
-                x = host_im2col(x, t["im2col"])
-            x = host.stack_pixels(x, t["s2d"])
-            inputs[t["dram"]] = host.pack(x, t["c"], t["h"], t["w"], n)
-        mem = host.dram_image(self.const, self.program, io["prog_offset"], io["io_end"], inputs)
+        env = self._host_env(feeds, [])
+        mem = self.memory_image()
+        total = 0
         t0 = time.perf_counter()
-        if engine == "rtl":
-            mem, cycles = self._run_rtl(mem, io)
-        else:
-            mem, cycles = self._run_model(mem, io)
-        self.last_run = {"engine": engine, "cycles": cycles, "seconds": time.perf_counter() - t0}
-        for t in io["outputs"]:
-            nbytes = -(-t["c"] // n) * t["h"] * t["w"] * n
-            y = host.unpack(bytes(mem[t["dram"]:t["dram"] + nbytes]), t["c"], t["h"], t["w"], n,
-                            tuple(t["shape"]), t["s2d"])
-            env[t["name"]] = y
-            for v in t["views"]:
-                env[v] = y.reshape(self.graph.type(v).shape)
-        return self._host_finish(env, io["post"])
+        for io in segments:
+            self._host_run(env, io["pre"])
+            for t in io["inputs"]:
+                src = t["im2col"]["src"] if t.get("im2col") else t["name"]
+                x = env[src]
+                if t.get("im2col"):
+                    x = host_im2col(x, t["im2col"])
+                x = host.stack_pixels(x, t["s2d"])
+                data = host.pack(x, t["c"], t["h"], t["w"], n)
+                mem[t["dram"]:t["dram"] + len(data)] = data
+            if engine == "rtl":
+                mem, cycles = self._run_rtl(mem, io)
+            else:
+                mem, cycles = self._run_model(mem, io)
+            total += cycles
+            for t in io["outputs"]:
+                nbytes = -(-t["c"] // n) * t["h"] * t["w"] * n
+                y = host.unpack(bytes(mem[t["dram"]:t["dram"] + nbytes]), t["c"], t["h"], t["w"], n,
+                                tuple(t["shape"]), t["s2d"])
+                env[t["name"]] = y
+                for v in t["views"]:
+                    env[v] = y.reshape(self.graph.type(v).shape)
+            self._host_run(env, io["post"])
+        self.last_run = {"engine": engine, "cycles": total, "seconds": time.perf_counter() - t0,
+                         "segments": len(segments)}
+        return {o: env[o] for o in self.graph.outputs}
+
+    def memory_image(self) -> bytearray:
+        """External memory before a run: each segment's constants and program at their addresses."""
+        segs = self.info["tile"]["segments"]
+        mem = bytearray(max(io["prog_offset"] + io["instructions"] * isa.INSN_BYTES for io in segs))
+        for io in segs:
+            c0, c1 = io["const_range"]
+            p0, p1 = io["program_range"]
+            mem[io["dram_base"]:io["dram_base"] + c1 - c0] = self.const[c0:c1]
+            mem[io["prog_offset"]:io["prog_offset"] + p1 - p0] = self.program[p0:p1]
+        return mem
 
     def _host_env(self, feeds, pre_names):
         env = {v.name: v.data for v in self.graph.values.values() if v.is_const}
         env.update(feeds)
-        nodes = {nd.name: nd for nd in self.graph.nodes}
-        for name in pre_names:
-            nd = nodes[name]
-            for o, y in zip(nd.outputs, run_node(nd, [env[i] if i else None for i in nd.inputs])):
-                env[o] = np.asarray(y).astype(self.graph.type(o).np_dtype, copy=False)
+        self._host_run(env, pre_names)
         return env
 
-    def _host_finish(self, env, post_names):
+    def _host_run(self, env, names):
+        """Run graph nodes on the host (the int8 reference interpreter), in order."""
         nodes = {nd.name: nd for nd in self.graph.nodes}
-        for name in post_names:
+        for name in names:
             nd = nodes[name]
             for o, y in zip(nd.outputs, run_node(nd, [env[i] if i else None for i in nd.inputs])):
                 env[o] = np.asarray(y).astype(self.graph.type(o).np_dtype, copy=False)
-        return {o: env[o] for o in self.graph.outputs}
 
     def _run_model(self, mem: bytearray, io: dict):
         from hwc.sim.model import TileModel
@@ -135,8 +159,8 @@ class TileArtifact(Artifact):
             raise UserError("this artifact has no tile.v to simulate; rebuild it with `hwc build`.")
         out_regions = [(t["dram"], -(-t["c"] // self.target["array"]["rows"]) * t["h"] * t["w"]
                         * self.target["array"]["rows"]) for t in io["outputs"]]
-        return run_rtl(self.target, self.tile_v, bytes(self.program), bytes(mem), io["prog_offset"] // isa.INSN_BYTES,
-                       out_regions, vcd=getattr(self, "vcd", None))
+        return run_rtl(self.target, self.tile_v, b"", bytes(mem), io["prog_offset"] // isa.INSN_BYTES, out_regions,
+                       vcd=getattr(self, "vcd", None))
 
     # ---- files -------------------------------------------------------------------------------
     def _write(self, folder: Path) -> None:
@@ -164,36 +188,58 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     package program, DRAM image, memory map, report and (with `hdl`) the tile's Verilog."""
     from hwc.report.data import add_tile_data
     from hwc.sim.model import TileModel
-    from hwc.tile.report import tile_report
+    from hwc.tile.report import merge_reports, tile_report
 
-    plan, prog = schedule(graph, target, im2col=im2col, stack=stack, double_buffer=double_buffer)
-    io = tile_io(plan, prog)
-    program = isa.to_bytes(prog.program)
-    const = bytes(prog.dram)
-    # Timing does not depend on the data: one run on zero inputs gives the cycle counts.
-    mem = host.dram_image(const, program, io["prog_offset"], io["io_end"], {})
-    res = TileModel(target).run(None, mem, io["prog_offset"] // isa.INSN_BYTES)
-    if res.error:
-        raise AssertionError(f"scheduler produced an invalid program: {res.error.name} at {res.error_pc}")
-    report = tile_report(target, plan, prog, res)
-    add_tile_data(report, target, plan, prog, res)  # per-layer events, timeline, ACT buffers (hwc/report)
+    segments = schedule(graph, target, im2col=im2col, stack=stack, double_buffer=double_buffer)
+    ios, programs, consts, reports, memory_maps = [], [], [], [], []
+    for plan, prog in segments:
+        io = tile_io(plan, prog)
+        program = isa.to_bytes(prog.program)
+        const = bytes(prog.dram)
+        io["program_range"] = [sum(map(len, programs)), sum(map(len, programs)) + len(program)]
+        io["const_range"] = [sum(map(len, consts)), sum(map(len, consts)) + len(const)]
+        # Timing does not depend on the data: one run on zero inputs gives the cycle counts.
+        mem = bytearray(io["prog_offset"] + len(program))
+        mem[io["dram_base"]:io["dram_base"] + len(const)] = const
+        res = TileModel(target).run(program, mem, io["prog_offset"] // isa.INSN_BYTES)
+        if res.error:
+            raise AssertionError(f"scheduler produced an invalid program: {res.error.name} at {res.error_pc}")
+        report = tile_report(target, plan, prog, res)
+        add_tile_data(report, target, plan, prog, res)  # per-layer events, timeline, ACT buffers (hwc/report)
+        ios.append(io)
+        programs.append(program)
+        consts.append(const)
+        reports.append(report)
+        memory_maps.append(_memory_map(target, plan, prog, io, len(program)))
+    report = merge_reports(reports, target["array"]["rows"] * target["array"]["cols"])
+    program, const = b"".join(programs), b"".join(consts)
     report["weights_bytes"] = len(const)
     report["nodes"] = len(graph.nodes)
-    memory_map = {
-        "dram": prog.dram_regions + [{"name": "program", "offset": io["prog_offset"], "size": len(program),
-                                      "kind": "program"}],
-        "act": [{"name": t.name, "offset": t.base, "size": t.lines, "unit": "lines", "bank": "act",
-                 "channels": t.c, "height": t.h, "width": t.w, "pads": list(t.pads)}
-                for t in sorted(plan.tensors.values(), key=lambda t: (t.base, t.name))],
-        "wgt": {"banks": 2, "blocks_per_bank": target["scratchpad"]["wgt_bank_blocks"]},
-        "param": {"entries_used": len(prog.dram_regions[0:1]) and prog.dram_regions[0]["entries"],
-                  "entries": target["scratchpad"]["param_entries"]},
+    report["segments"] = len(segments)
+    memory_map = memory_maps[0] if len(memory_maps) == 1 else {
+        "dram": [r for mm in memory_maps for r in mm["dram"]],
+        "act": [dict(b, segment=k) for k, mm in enumerate(memory_maps) for b in mm["act"]],
+        "wgt": memory_maps[0]["wgt"],
+        "param": {"entries_used": max(mm["param"]["entries_used"] for mm in memory_maps),
+                  "entries": memory_maps[0]["param"]["entries"]},
     }
     tile_v = None
     if hdl:
         from hwc.hw.generate import verilog_text
 
         tile_v = verilog_text(target)[0]
-    info = {"int8": True, "tile": io}
+    info = {"int8": True, "tile": {"segments": ios}}
     return TileArtifact(target, graph, report, info, program=program, const=const, memory_map=memory_map,
                         tile_v=tile_v)
+
+
+def _memory_map(target: dict, plan: TilePlan, prog: TileProgram, io: dict, program_bytes: int) -> dict:
+    return {
+        "dram": prog.dram_regions + [{"name": "program", "offset": io["prog_offset"], "size": program_bytes,
+                                      "kind": "program"}],
+        "act": [{"name": t.name, "offset": t.base, "size": t.lines, "unit": "lines", "bank": "act",
+                 "channels": t.c, "height": t.h, "width": t.w, "pads": list(t.pads), "pixels_per_line": t.s2d}
+                for t in sorted(plan.tensors.values(), key=lambda t: (t.base, t.name))],
+        "wgt": {"banks": 2, "blocks_per_bank": target["scratchpad"]["wgt_bank_blocks"]},
+        "param": {"entries_used": prog.dram_regions[0]["entries"], "entries": target["scratchpad"]["param_entries"]},
+    }

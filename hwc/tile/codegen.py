@@ -75,8 +75,9 @@ class TileProgram:
 
 
 class Codegen:
-    def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True):
+    def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0):
         self.plan = plan
+        self.dram_base = dram_base  # byte address of this program's data in external memory (beat aligned)
         self.double_buffer = double_buffer
         self.t = target
         self.n = target["array"]["rows"]
@@ -380,20 +381,21 @@ class Codegen:
             raise UnsupportedError(
                 f"the model needs {len(self.params)} requantization parameter sets but target {self.t['name']!r} "
                 f"has {self.param_entries} (scratchpad.param_entries); use a target with more.", [])
-        # DRAM image: params, then weight groups (beat aligned).
+        # DRAM image from dram_base: params, then weight groups, then inputs and outputs (beat aligned).
+        base = self.dram_base
         dram = bytearray(b"".join(self.params))
-        regions = [{"name": "params", "offset": 0, "size": len(dram), "kind": "params",
+        regions = [{"name": "params", "offset": base, "size": len(dram), "kind": "params",
                     "entries": len(self.params), "entry_beats": self.peb}]
         weighted = [g for g in self.groups if g.blocks is not None and g.blocks]
         for k, g in enumerate(weighted):
             g.bank = k % 2 if self.double_buffer else 0
             off = len(dram)
             dram += b"".join(g.blocks)
-            regions.append({"name": f"weights.group{k}", "offset": off, "size": len(dram) - off, "kind": "weights",
-                            "blocks": len(g.blocks), "bank": g.bank})
-            g.dram = off
+            regions.append({"name": f"weights.group{k}", "offset": base + off, "size": len(dram) - off,
+                            "kind": "weights", "blocks": len(g.blocks), "bank": g.bank})
+            g.dram = base + off
         const_bytes = len(dram)
-        io_off = _align(const_bytes, beat)
+        io_off = base + _align(const_bytes, beat)
         inputs, outputs = {}, {}
         for name in plan.inputs:
             t = self.tensor(name)
@@ -420,7 +422,7 @@ class Codegen:
             last_load[0] = load_id
 
         if self.params:
-            load(0, mem=int(Mem.PARAM), dram=0, sram=0, rows=1, row_beats=len(self.params) * self.peb,
+            load(0, mem=int(Mem.PARAM), dram=base // beat, sram=0, rows=1, row_beats=len(self.params) * self.peb,
                  dram_stride=0, sram_stride=0)
         for k, name in enumerate(plan.inputs):
             t = self.tensor(name)

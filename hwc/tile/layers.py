@@ -185,42 +185,69 @@ def _why_not(g: Graph, n: Node) -> str | None:
     return None
 
 
-def partition(g: Graph, n_lanes: int) -> TilePlan:
-    """Split an int8 graph into host prefix, tile layers and host suffix.
+def _free_reshape(g: Graph, n: Node, consumers: dict) -> str | None:
+    """None when a Reshape/Identity costs nothing on the tile: it keeps the shape, or it is a
+    Flatten [1,C,H,W] -> [1,C*H*W] read only by QGemm (a whole-input convolution)."""
+    src, dst = g.type(n.inputs[0]).shape, g.type(n.outputs[0]).shape
+    if src == dst:
+        return None
+    users = consumers.get(n.outputs[0], [])
+    flatten = len(src) == 4 and src[0] == 1 and dst == (1, src[1] * src[2] * src[3])
+    if flatten and users and all(u.op == "QGemm" and u.inputs[0] == n.outputs[0] for u in users):
+        return None
+    return f"a reshape {list(src)} -> {list(dst)} changes the tile's channel-blocked layout (runs on the host)"
 
-    The tile takes the longest run of consecutive supported nodes between the host
-    prefix (inputs, quantization) and suffix (dequantization, Softmax, unsupported ops).
-    Reshapes on the tile are only allowed where they are free (a Flatten feeding a QGemm,
-    or a shape-preserving reshape).
+
+def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
+    """Split an int8 graph into tile segments and the host work around and between them.
+
+    Consecutive nodes the tile can run form a segment (Reshapes only where they are free:
+    `_free_reshape`). Everything else runs on the host in the int8 reference interpreter: the
+    model's quantization at the start, dequantization and Softmax at the end, and any node
+    the tile cannot run, which ends one segment; the host runs it on the segment's outputs
+    and the next segment starts from there. Segment k's `pre` holds the host nodes before
+    it; the last segment's `post` the host nodes after it. Every node's placement and the
+    reason for it is in `decisions` (the same list in every segment).
     """
-    decisions = []
+    consumers = g.consumers()
     status = []
     for n in g.nodes:
         why = _why_not(g, n)
+        if why is None and n.op in ("Reshape", "Identity"):
+            why = _free_reshape(g, n, consumers)
         status.append(why)
-    # The tile segment: from the first supported compute node to the last one, contiguous.
-    compute = [i for i, n in enumerate(g.nodes) if status[i] is None and n.op not in ("Reshape", "Identity")]
-    if not compute:
+    # segments: runs of supported nodes that do real work (not only free reshapes)
+    runs: list[list[int]] = []
+    for i, why in enumerate(status):
+        if why is None:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+    runs = [r for r in runs if any(g.nodes[i].op not in ("Reshape", "Identity") for i in r)]
+    if not runs:
         raise UnsupportedError("no node of this model can run on the tile (it needs int8 Conv/Gemm layers); "
                                "reasons: " + "; ".join(f"{n.name}: {s}" for n, s in zip(g.nodes, status) if s),
                                [n.name for n in g.nodes])
-    lo, hi = compute[0], compute[-1]
-    for i in range(lo, hi + 1):
-        if status[i] is not None:
-            n = g.nodes[i]
-            raise UnsupportedError(
-                f"node {n.name!r} ({n.op}) sits between tile layers but cannot run on the tile: {status[i]}. "
-                f"This version runs one contiguous tile segment; the host fallback covers only the start and "
-                f"the end of the model.", [n.name])
-    pre, seg, post = g.nodes[:lo], g.nodes[lo:hi + 1], g.nodes[hi + 1:]
-    for n in pre + post:
-        decisions.append({"node": n.name, "op": n.op, "where": "host",
-                          "why": status[g.nodes.index(n)] or "outside the tile segment (model input/output side)"})
-    plan = TilePlan(g, pre, [], post, {}, [], [], decisions)
-    _build_layers(plan, seg, n_lanes)
-    for n in seg:
-        decisions.append({"node": n.name, "op": n.op, "where": "tile", "why": ""})
-    return plan
+    on_tile = {i for r in runs for i in r}
+    decisions = []
+    for i, n in enumerate(g.nodes):
+        if i in on_tile:
+            seg = next(k for k, r in enumerate(runs) if i in r)
+            decisions.append({"node": n.name, "op": n.op, "where": "tile", "segment": seg, "why": ""})
+        else:
+            why = status[i] or "outside the tile segments (model input/output side)"
+            decisions.append({"node": n.name, "op": n.op, "where": "host", "why": why})
+    plans = []
+    prev_end = 0
+    for k, r in enumerate(runs):
+        pre = g.nodes[prev_end:r[0]]
+        post = g.nodes[r[-1] + 1:] if k == len(runs) - 1 else []
+        plan = TilePlan(g, pre, [], post, {}, [], [], decisions)
+        _build_layers(plan, [g.nodes[i] for i in r], n_lanes, after=g.nodes[r[-1] + 1:])
+        plans.append(plan)
+        prev_end = r[-1] + 1
+    return plans
 
 
 def _tensor(plan: TilePlan, name: str, n_lanes: int) -> TileTensor:
@@ -241,7 +268,7 @@ def _tensor(plan: TilePlan, name: str, n_lanes: int) -> TileTensor:
     return t
 
 
-def _build_layers(plan: TilePlan, seg: list[Node], n_lanes: int) -> None:
+def _build_layers(plan: TilePlan, seg: list[Node], n_lanes: int, after: list[Node]) -> None:
     g = plan.graph
     produced: set[str] = set()
     alias: dict[str, str] = {}         # reshape outputs that are views of another tile tensor
@@ -260,8 +287,8 @@ def _build_layers(plan: TilePlan, seg: list[Node], n_lanes: int) -> None:
         layer = _layer(plan, n, src, alias, n_lanes)
         plan.layers.append(layer)
         produced.add(layer.dst)
-    # Outputs of the segment: tile tensors read by host nodes after it or graph outputs.
-    used_after = {i for n in plan.post for i in n.inputs} | set(g.outputs)
+    # Outputs of the segment: tile tensors read by any node after it, or graph outputs.
+    used_after = {i for n in after for i in n.inputs} | set(g.outputs)
     for name in used_after:
         base = alias.get(name, name)
         if base in produced and base not in plan.outputs:
@@ -474,8 +501,20 @@ def space_to_depth(plan: TilePlan, n_lanes: int) -> None:
             k *= 2
         f[name] = k
     # Every convolution needs an integer stride on the stacked input (sx * fo divisible by fi), residual
-    # operands and their result share one layout, and stacking needs the width to divide: lower factors
-    # until all of that holds (factors only decrease, so this ends).
+    # operands and their result share one layout, and stacking needs the width to divide. First raise
+    # the output factor of convolutions whose thin input is stacked deeper (only increases: it ends),
+    # then lower factors until everything holds (only decreases: it ends).
+    changed = True
+    while changed:
+        changed = False
+        for layer in plan.layers:
+            if not isinstance(layer, ConvLayer) or plan.tensors[layer.dst].w == 1:
+                continue
+            fi, fo, sx = f[layer.src], f[layer.dst], layer.strides[1]
+            want = fi // sx if fi % sx == 0 else 0
+            if (sx * fo) % fi and want > fo and plan.tensors[layer.dst].w % want == 0 and layer.dst not in fixed:
+                f[layer.dst] = want
+                changed = True
     changed = True
     while changed:
         changed = False

@@ -91,3 +91,62 @@ def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
         "host": {"pre": [nd.op for nd in plan.pre], "post": [nd.op for nd in plan.post],
                  "im2col": {k: v for k, v in plan.im2col.items()}},
     }
+
+
+def merge_reports(parts: list[dict], peak: int) -> dict:
+    """One report for a model that runs as several tile segments (host work in between):
+    cycles and counts add up, layers and timeline bars follow each other in time, memory
+    figures are the largest segment's (segments run one after another)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = dict(parts[0])
+    offset = steps = 0
+    layers, bars, rows, buffers = [], [], [], []
+    other_events: dict[str, int] = {}
+    for rep in parts:
+        for layer in rep["layers"]:
+            layers.append(dict(layer, start=layer["start"] + offset, end=layer["end"] + offset))
+        tl = rep.get("timeline")
+        if tl:
+            n_rows = len(tl["rows"]) - 1  # the last row is "the rest" (I/O, parameters)
+            for row, kind, s, e in tl["bars"]:
+                bars.append([len(rows) + row if row < n_rows else -1, kind, s + offset, e + offset])
+            rows += tl["rows"][:-1]
+        for b in rep.get("memory", {}).get("buffers", []):
+            buffers.append(dict(b, start=b["start"] + steps, end=b["end"] + steps))
+        for k, v in rep.get("other_events", {}).items():
+            other_events[k] = other_events.get(k, 0) + v
+        offset += rep["cycles"]
+        steps += len(rep["layers"]) + 1
+    wl = sum(r["weight_load_cycles"] for r in parts)
+    out.update({
+        "macs": sum(r["macs"] for r in parts),
+        "cycles": offset,
+        "instructions": sum(r["instructions"] for r in parts),
+        "weight_load_cycles": wl,
+        "weight_load_hidden": (sum(r["weight_load_hidden"] * r["weight_load_cycles"] for r in parts) / wl
+                               if wl else 1.0),
+        "busy": {k: sum(r["busy"].get(k, 0) for r in parts) for k in parts[0]["busy"]},
+        "bytes_loaded": sum(r["bytes_loaded"] for r in parts),
+        "bytes_stored": sum(r["bytes_stored"] for r in parts),
+        "array_macs_issued": sum(r["array_macs_issued"] for r in parts),
+        "layers": layers,
+        "host": {"pre": parts[0]["host"]["pre"], "post": parts[-1]["host"]["post"],
+                 "im2col": {k: v for r in parts for k, v in r["host"]["im2col"].items()}},
+    })
+    out["utilization"] = out["macs"] / (peak * offset) if offset else 0.0
+    out["time_us_at_clock"] = sum(r["time_us_at_clock"] for r in parts)
+    mem = dict(parts[0]["memory"])
+    for key in ("peak_bytes", "lower_bound_bytes", "naive_bytes", "act_lines_used"):
+        mem[key] = max(r["memory"][key] for r in parts)
+    mem["dram_bytes"] = parts[-1]["memory"]["dram_bytes"]
+    if buffers:
+        mem["buffers"] = buffers
+    out["memory"] = mem
+    if "timeline" in parts[0]:
+        other_row = len(rows)
+        out["timeline"] = dict(parts[0]["timeline"], cycles=offset, rows=rows + [parts[0]["timeline"]["rows"][-1]],
+                               bars=[[other_row if b[0] < 0 else b[0], *b[1:]] for b in bars])
+    if other_events:
+        out["other_events"] = other_events
+    return out

@@ -102,6 +102,18 @@ class QBuilder:
         _q(g, n.outputs[0], zo)
         return n.outputs[0]
 
+    def lut(self, x):
+        """A 256-entry table (e.g. a quantized Sigmoid): the tile has no table unit, the host runs it."""
+        table = self.rng.integers(-128, 128, 256).astype(np.int8)
+        n = self.g.make_node("QLut", [x, self.g.add_const(table, "table")])
+        _q(self.g, n.outputs[0], 0)
+        return n.outputs[0]
+
+    def reshape(self, x, shape):
+        n = self.g.make_node("Reshape", [x], {"shape": list(shape)})
+        _q(self.g, n.outputs[0], int(self.g.values[x].quant.zero_point))
+        return n.outputs[0]
+
     def output(self, *names):
         self.g.outputs = list(names)
         return self.g

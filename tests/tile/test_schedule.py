@@ -177,3 +177,25 @@ def test_double_buffering_ablation():
     np.testing.assert_array_equal(off.run(feeds)[g.outputs[0]], run_graph(g, feeds)[g.outputs[0]])
     assert off.report["weight_load_hidden"] < 0.05 < 0.9 < on.report["weight_load_hidden"]
     assert on.report["cycles"] < off.report["cycles"]
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_host_fallback_between_tile_segments(target):
+    """Nodes the tile cannot run (a lookup table; a reshape that changes the channel-blocked layout)
+    end a tile segment: the host runs them and the next segment continues, bit-exact end to end."""
+    b = QBuilder(seed=11)
+    x = b.input("x", (1, 6, 8, 8), zp=-1)
+    y = b.conv(x, 8, relu=True)
+    y = b.lut(y)                               # host
+    y = b.conv(y, 8, stride=2, pads=[1, 1, 1, 1])
+    y = b.reshape(y, (1, 32, 2, 2))            # host: a different channel blocking
+    y = b.conv(y, 12, k=1, pads=[0, 0, 0, 0])
+    art = check_exact(b.output(y), TARGETS[target])
+    rep = art.report
+    assert rep["segments"] == 3
+    where = {d["op"]: d["where"] for d in rep["partition"]}
+    assert where["QLut"] == "host" and where["Reshape"] == "host" and where["QConv"] == "tile"
+    assert [layer["op"] for layer in rep["layers"]] == ["QConv"] * 3
+    starts = [layer["start"] for layer in rep["layers"]]
+    assert starts == sorted(starts) and rep["layers"][-1]["end"] <= rep["cycles"]
+    assert art.last_run["segments"] == 3 and art.last_run["cycles"] == rep["cycles"]
