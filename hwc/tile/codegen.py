@@ -53,6 +53,7 @@ class Group:
     index: dict[bytes, int] = field(default_factory=dict)   # block bytes -> position (dedup)
     bank: int = 0
     load_id: int = -1
+    est: int = 0      # estimated compute cycles (for sizing the next group's load)
 
     def block(self, data: bytes) -> int:
         if data not in self.index:
@@ -122,7 +123,13 @@ class Codegen:
         g = self.groups[-1] if self.groups else None
         if g is not None and g.blocks is not None:
             new = {b for b in blocks if b not in g.index}
-            if len(g.blocks) + len(new) <= self.bank_blocks:
+            grown = len(g.blocks) + len(new)
+            # A group's load overlaps the previous group's compute: grow it only while its load
+            # (N beats a block) fits in that compute time, so that every load after the first hides.
+            # (The first group's load cannot hide: it holds a single request.)
+            prev = [x for x in self.groups[:-1] if x.blocks is not None]
+            budget = prev[-1].est if prev else 0
+            if not g.blocks or (grown <= self.bank_blocks and grown * self.n <= budget):
                 return g
         g = Group([])
         self.groups.append(g)
@@ -130,6 +137,8 @@ class Codegen:
 
     def compute(self, g: Group, opcode: Op, needs=(), **fields) -> None:
         g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer))
+        lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
+        g.est += {Op.GEMM: max(lines, self.n + 2), Op.PPU: lines + 20, Op.VEC: 3 * lines + 15}.get(opcode, lines + 2)
 
     # ---- 1. geometry --------------------------------------------------------------------------
     def assign_geometry(self) -> None:
