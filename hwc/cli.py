@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hwc.backends.cpu import cli as cpu_cli
-from hwc.errors import HwcError, InputError, UserError
+from hwc.errors import HwcError, UserError
 from hwc.hw import cli as hw_cli
 from hwc.passes.cli import add_parser as add_opt_parser
 from hwc.passes.cli import add_pass_options, pass_options
@@ -49,28 +49,9 @@ def input_shapes(args) -> dict[str, tuple[int, ...]]:
 
 def read_inputs(path: str, inputs: list[dict]) -> dict[str, np.ndarray]:
     """Read an .npz keyed by input names, or an .npy for a single-input model."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"Input file {path!r} does not exist.")
-    try:
-        data = np.load(p, allow_pickle=False)
-    except Exception as e:
-        raise InputError(f"Cannot read input file {path!r} as .npy/.npz ({e}). Save inputs with "
-                         f"numpy.savez(path, **{{name: array}}) or numpy.save.") from None
-    if isinstance(data, np.ndarray):
-        if len(inputs) != 1:
-            names = [i["name"] for i in inputs]
-            raise InputError(f"{path!r} is a single .npy array, but the model has {len(inputs)} "
-                             f"inputs {names}; use an .npz keyed by those names.")
-        return {inputs[0]["name"]: data}
-    with data:
-        feeds = {k: data[k] for k in data.files}
-    names = {i["name"] for i in inputs}
-    missing = [i["name"] for i in inputs if i["name"] not in feeds]
-    if missing:
-        raise InputError(f"{path!r} has no array for input(s) {missing} (it holds {sorted(feeds)}). "
-                         f"Save the .npz with one key per model input.")
-    return {k: v for k, v in feeds.items() if k in names}
+    from hwc.data import load_named_arrays
+
+    return load_named_arrays(path, [i["name"] for i in inputs], "Input")
 
 
 def _fmt_shape(shape) -> str:

@@ -248,6 +248,21 @@ def attribute_slot_inputs(model: onnx.ModelProto) -> set[str]:
             if i < len(n.input) and n.input[i]}
 
 
+def split_inputs(model, inputs, slots) -> tuple[dict, dict, dict]:
+    """A test case's inputs as (feeds, bind, shapes): integer inputs and those feeding
+    attribute-like slots are bound as constants (see the module docstring), the rest fed."""
+    feeds, bind, shapes = {}, {}, {}
+    for vi, v in zip(model.graph.input, inputs):
+        if not isinstance(v, np.ndarray):
+            continue  # sequences, maps, optionals: the importer rejects the input
+        shapes[vi.name] = v.shape
+        if v.dtype in (np.int32, np.int64) or vi.name in slots:
+            bind[vi.name] = v
+        else:
+            feeds[vi.name] = v
+    return feeds, bind, shapes
+
+
 def run_case(case: Case, op: str = "") -> CaseResult:
     """Import and run one case with the reference interpreter; never raises."""
     from hwc.frontend.onnx_import import import_onnx
@@ -267,15 +282,7 @@ def run_case(case: Case, op: str = "") -> CaseResult:
     rtol, atol = case.tolerances()
     slots = attribute_slot_inputs(model)
     for k, (inputs, expected) in enumerate(data_sets):
-        feeds, bind, shapes = {}, {}, {}
-        for vi, v in zip(model.graph.input, inputs):
-            if not isinstance(v, np.ndarray):
-                continue  # sequences, maps, optionals: the importer rejects the input
-            shapes[vi.name] = v.shape
-            if v.dtype in (np.int32, np.int64) or vi.name in slots:
-                bind[vi.name] = v
-            else:
-                feeds[vi.name] = v
+        feeds, bind, shapes = split_inputs(model, inputs, slots)
         try:
             g = import_onnx(model, input_shapes=shapes, bind=bind)
         except UserError as e:

@@ -13,12 +13,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hwc.errors import InputError, UserError
+from hwc.errors import UserError
 from hwc.ir.graph import Graph
 from hwc.quant.config import QuantConfig, as_config
 
@@ -40,29 +39,9 @@ def optimize_for_quant(g: Graph, target: dict[str, Any]) -> Graph:
 def load_data(data: str | os.PathLike | dict | None, g: Graph, what: str, keep: tuple[str, ...] = ()
               ) -> dict[str, np.ndarray]:
     """Samples in the CLI layout from an .npz/.npy path or a dict: {input: [N, *shape]} (+ `keep` keys)."""
-    if isinstance(data, dict):
-        out = {k: np.asarray(v) for k, v in data.items()}
-    else:
-        p = Path(data)
-        if not p.is_file():
-            raise InputError(f"{what} file {str(p)!r} does not exist.")
-        try:
-            loaded = np.load(p, allow_pickle=False)
-        except Exception as e:
-            raise InputError(f"Cannot read {what} {str(p)!r} as .npz/.npy ({e}).") from None
-        if isinstance(loaded, np.ndarray):
-            if len(g.inputs) != 1:
-                raise InputError(f"{what} {str(p)!r} is a single array, but the model has inputs {g.inputs}; "
-                                 f"use an .npz keyed by those names.")
-            out = {g.inputs[0]: loaded}
-        else:
-            with loaded:
-                out = {k: loaded[k] for k in loaded.files}
-    missing = [i for i in g.inputs if i not in out]
-    if missing:
-        raise InputError(f"{what} has no array for input(s) {missing} (it holds {sorted(out)}); save it as an "
-                         f".npz keyed by the model's input names, samples on the leading axis.")
-    return {k: v for k, v in out.items() if k in g.inputs or k in keep}
+    from hwc.data import load_named_arrays
+
+    return load_named_arrays(data, list(g.inputs), what[:1].upper() + what[1:], keep)
 
 
 def quantize_model(g: Graph, target: dict[str, Any], calib=None, quant_config=None, *,

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from hwc.errors import UnsupportedError, UserError
-from hwc.frontend.conformance import attribute_slot_inputs, compare, iter_cases
+from hwc.frontend.conformance import attribute_slot_inputs, compare, iter_cases, split_inputs
 
 
 @dataclass
@@ -45,15 +45,7 @@ def run_case_cpu(case, target) -> CpuCaseResult:
     rtol, atol = case.tolerances()
     slots = attribute_slot_inputs(model)
     for k, (inputs, expected) in enumerate(data_sets):
-        feeds, bind, shapes = {}, {}, {}
-        for vi, v in zip(model.graph.input, inputs):
-            if not isinstance(v, np.ndarray):
-                continue
-            shapes[vi.name] = v.shape
-            if v.dtype in (np.int32, np.int64) or vi.name in slots:
-                bind[vi.name] = v
-            else:
-                feeds[vi.name] = v
+        feeds, bind, shapes = split_inputs(model, inputs, slots)
         try:
             g = import_onnx(model, input_shapes=shapes, bind=bind)
         except UserError as e:
