@@ -27,9 +27,12 @@ def cmd_hw(args) -> int:
 
 
 def cmd_synth(args) -> int:
-    from .synth import synth
+    from hwc.report.progress import steps
 
-    r = synth(args.dir, args.device, freq_mhz=args.freq, place=not args.no_place)
+    from .synth import synth, synth_steps
+
+    with steps(f"synthesis for {args.device}", synth_steps(args.device, not args.no_place)) as step:
+        r = synth(args.dir, args.device, freq_mhz=args.freq, place=not args.no_place, progress=step)
     res = ", ".join(f"{k} {v}" for k, v in r["resources"].items() if v)
     fmax = f"; Fmax {r['fmax_mhz']} MHz" if r.get("fmax_mhz") else ""
     print(f"hwc synth: {r['config_name']} on {r['device']}: {res}{fmax} -> {args.dir}/synth.json")

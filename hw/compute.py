@@ -9,12 +9,13 @@ So the engines never use port A or the ACC ports in the same cycle; their port s
 zero when unused and are OR-combined (cheaper and shallower than a priority mux).
 
 FILL writes `count` ACT lines, one per cycle from the cycle after issue, all bytes `value`:
-busy for FILL_OVERHEAD + count cycles (FILL_OVERHEAD = 1).
+busy for FILL_OVERHEAD + count cycles (FILL_OVERHEAD = MEM_LATENCY: the last write request
+is performed by the memory one cycle later).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -39,13 +40,17 @@ class FillEngine(wiring.Component):
         addr = Signal(p.act_bits)
         left = Signal(isa.LAYOUT[op]["count"][1].width)
         value = Signal(8)
-        with m.If(self.busy):
+        writing = left != 0
+        with m.If(writing):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         with m.If(self.start):
             m.d.sync += [addr.eq(field(w, op, "addr")), left.eq(field(w, op, "count")), value.eq(field(w, op, "value"))]
-        m.d.comb += [self.busy.eq(left != 0), self.act_we.eq(self.busy),
-                     self.act_addr.eq(Mux(self.busy, addr, 0)),
-                     self.act_wdata.eq(Mux(self.busy, value.replicate(p.n), 0))]
+        # the last write request is performed ML - 1 cycles later
+        wpend = [Signal(name=f"wpend{i}") for i in range(isa.MEM_LATENCY - 1)]
+        m.d.sync += [wpend[i].eq(writing if i == 0 else wpend[i - 1]) for i in range(len(wpend))]
+        m.d.comb += [self.busy.eq(writing | Cat(*wpend).any()), self.act_we.eq(writing),
+                     self.act_addr.eq(Mux(writing, addr, 0)),
+                     self.act_wdata.eq(Mux(writing, value.replicate(p.n), 0))]
         return m
 
 

@@ -2,16 +2,15 @@
 
 LOAD (external -> ACT / WGT / PARAM): one read request per row (`len = row_beats`), one
 request per cycle while `ready`; beats come back in order, one per cycle, `Lm` cycles
-after their request. Each beat is registered with its on-chip address and written the
-next cycle. With an always-ready memory the unit is busy for
-`LOAD_OVERHEAD + Lm + rows*row_beats` cycles: requests start the cycle after issue, the
-last beat arrives at issue + Lm + total and is written one cycle later.
+after their request. Each beat is registered with its on-chip address and requested as a
+write the next cycle (the memory performs it MEM_LATENCY - 1 cycles later). With an
+always-ready memory the unit is busy for `LOAD_OVERHEAD + Lm + rows*row_beats` cycles.
 
 STORE (ACT -> external): the engine reads one ACT line per cycle into a small FIFO
-(`STORE_FIFO_DEPTH` entries, with the read in flight counted, so it never overflows) and
+(`STORE_FIFO_DEPTH` entries, with the reads in flight counted, so it never overflows) and
 posts one write beat per cycle from the FIFO head while `ready`. Busy for
-`STORE_OVERHEAD + rows*row_beats` cycles with an always-ready memory: read in cycle c,
-FIFO written in c+1, beat posted in c+2.
+`STORE_OVERHEAD + rows*row_beats` cycles with an always-ready memory: read requested in
+cycle c, data and FIFO write in c + MEM_LATENCY, beat posted the cycle after.
 
 Both engines use the ACT DMA port (port B): LOAD into ACT writes it, STORE reads it, so
 the issue stage never runs them at the same time (a STORE waits for an ACT LOAD and vice
@@ -20,7 +19,7 @@ versa; LOADs into WGT or PARAM overlap a STORE freely).
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -31,6 +30,7 @@ from .loop import loop2d
 from .params import DRAM_ADDR_BITS, LEN_BITS, TileParams, field
 
 STORE_FIFO_DEPTH = 4
+ML = isa.MEM_LATENCY
 
 
 class LoadEngine(wiring.Component):
@@ -74,7 +74,7 @@ class LoadEngine(wiring.Component):
                      streams=[(field(w, op, "sram"), field(w, op, "sram_stride"), Const(1, 1),
                                self.sram_bits)])
         wv, wlast = Signal(), Signal()
-        waddr, wdata = Signal(self.sram_bits), Signal(p.beat_bits)
+        waddr, wdata = Signal(self.sram_bits, reset_less=True), Signal(p.beat_bits, reset_less=True)
         m.d.sync += [wv.eq(self.rdata_valid & busy), wlast.eq(rcv.last), waddr.eq(rcv.ptrs[0]),
                      wdata.eq(self.rdata)]
         m.d.comb += [self.waddr.eq(waddr), self.wdata.eq(wdata),
@@ -82,7 +82,10 @@ class LoadEngine(wiring.Component):
                      self.param_we.eq(wv & (mem == isa.Mem.PARAM))]
         with m.If(self.rd_valid & self.rd_ready & req.last):
             m.d.sync += req_active.eq(0)
-        with m.If(wv & wlast):
+        # the last write request is performed by the memory ML - 1 cycles later: busy until then
+        done = [Signal(name=f"done{i}") for i in range(ML - 1)]
+        m.d.sync += [done[i].eq((wv & wlast) if i == 0 else done[i - 1]) for i in range(ML - 1)]
+        with m.If(done[-1] if done else (wv & wlast)):
             m.d.sync += busy.eq(0)
         with m.If(self.start):
             m.d.sync += [busy.eq(1), req_active.eq(1), mem.eq(field(w, op, "mem")),
@@ -114,9 +117,11 @@ class StoreEngine(wiring.Component):
         w = self.word
         m.submodules.fifo = fifo = SyncFIFO(width=p.beat_bits + DRAM_ADDR_BITS, depth=STORE_FIFO_DEPTH)
         active = Signal()
-        pending = Signal()
-        pend_addr = Signal(DRAM_ADDR_BITS)
-        room = (fifo.level + pending) < STORE_FIFO_DEPTH
+        # reads in flight: ACT data arrives ML cycles after the read request
+        pending = [Signal(name=f"pending{i}") for i in range(ML)]
+        pend_addr = [Signal(DRAM_ADDR_BITS, name=f"pend_addr{i}", reset_less=True) for i in range(ML)]
+        inflight = sum(pending[i] for i in range(ML))
+        room = (fifo.level + inflight) < STORE_FIFO_DEPTH
         rd = active & room
         loop = loop2d(m, "st", load=self.start, step=rd,
                       n_outer=field(w, op, "rows"), n_inner=field(w, op, "row_beats"),
@@ -124,14 +129,15 @@ class StoreEngine(wiring.Component):
                                (field(w, op, "dram"), field(w, op, "dram_stride"), Const(1, 1),
                                 DRAM_ADDR_BITS)])
         m.d.comb += [self.act_re.eq(rd), self.act_addr.eq(Mux(rd, loop.ptrs[0], 0))]
-        m.d.sync += [pending.eq(rd), pend_addr.eq(loop.ptrs[1])]
-        m.d.comb += [fifo.w_en.eq(pending), fifo.w_data.eq(Mux(pending, (pend_addr << p.beat_bits) | self.act_data,
-                                                                  0)),
+        m.d.sync += [pending[0].eq(rd), pend_addr[0].eq(loop.ptrs[1])]
+        m.d.sync += [pending[i + 1].eq(pending[i]) for i in range(ML - 1)]
+        m.d.sync += [pend_addr[i + 1].eq(pend_addr[i]) for i in range(ML - 1)]
+        m.d.comb += [fifo.w_en.eq(pending[-1]), fifo.w_data.eq((pend_addr[-1] << p.beat_bits) | self.act_data),
                      self.wr_valid.eq(fifo.r_rdy), self.wr_data.eq(fifo.r_data[:p.beat_bits]),
                      self.wr_addr.eq(fifo.r_data[p.beat_bits:]), fifo.r_en.eq(self.wr_ready)]
         with m.If(rd & loop.last):
             m.d.sync += active.eq(0)
         with m.If(self.start):
             m.d.sync += active.eq(1)
-        m.d.comb += self.busy.eq(active | pending | (fifo.level != 0))
+        m.d.comb += self.busy.eq(active | Cat(*pending).any() | (fifo.level != 0))
         return m

@@ -5,22 +5,26 @@ slot, counting requests in flight: a slot is taken at the request and freed by t
 of the instruction in it, so the FIFO can never overflow and instruction k is requested
 at `max(start + k, issue(k - fifo_depth) + 1)` (docs/tile.md section 4).
 
-Pre-decode (PREDECODE_STAGES = 3 register stages between the imem data and the FIFO
+Pre-decode (PREDECODE_STAGES = 5 register stages between the imem data and the FIFO
 write) computes the instruction's error code once, so the issue stage only looks at two
 bits: every address an instruction will touch lies in a 2-D range
 `base + i*so + j*si` (i < n_o, j < n_i), whose extremes are at its corners:
   stage 1: per opcode, up to three ranges (base, n_o - 1, so, n_i - 1, si, base - limit),
            zero counts, bad LOAD.mem / VEC.op, GEMM.wblk and PPU/VEC.param limits
-  stage 2: the two products (n_o - 1)*so and (n_i - 1)*si per range
-  stage 3: base + min(0, po) and base - limit + max(0, po)
-  write  : lowest = .. + min(0, pi) < 0 or highest - limit = .. + max(0, pi) >= 0 -> OUT_OF_RANGE
-An instruction arrives (may issue) FETCH_LATENCY = Lm + 1 + PREDECODE_STAGES cycles after
-its request. The error code has priority ILLEGAL_OPCODE > BAD_FIELD > OUT_OF_RANGE.
+  stage 2: (n_o - 1)*so and (n_i - 1)*si per range, as two 18x18-sized partial products each
+  stage 3: the products
+  stage 4: base + min(0, po) and base - limit + max(0, po)
+  stage 5: lowest = .. + min(0, pi) < 0 or highest - limit = .. + max(0, pi) >= 0 -> the error code
+  write  : into the FIFO
+The FIFO's head moves into a head register (with its unit decoded one-hot), from which the
+issue stage decides, so the issue decision starts from flip-flops. An instruction arrives
+(may issue) FETCH_LATENCY = Lm + PREDECODE_STAGES + 2 cycles after its request (the FIFO
+write and the head register are the 2). The error code has priority ILLEGAL_OPCODE > BAD_FIELD > OUT_OF_RANGE.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -30,10 +34,14 @@ from hwc import isa
 from .params import DRAM_ADDR_BITS, PC_BITS, TileParams, field, opcode
 
 PREDECODE_STAGES = isa.PREDECODE_STAGES
-assert PREDECODE_STAGES == 3, "Fetch below is written with three pre-decode register stages"
+#: the head instruction's unit, one-hot in this order (NOP sets none)
+KINDS = {"load": (isa.Op.LOAD,), "store": (isa.Op.STORE,), "gemm": (isa.Op.GEMM,),
+         "compute": (isa.Op.PPU, isa.Op.VEC, isa.Op.FILL), "finish": (isa.Op.FINISH,)}
+assert PREDECODE_STAGES == 5, "Fetch below is written with five pre-decode register stages"
 N_RANGES = 3
 BASE_W, COUNT_W, STRIDE_W = DRAM_ADDR_BITS + 1, 16, 26
 PROD_W = COUNT_W + STRIDE_W
+LO_BITS = 17  # the stride's low part in a partial product (unsigned, fits an 18x18 signed multiplier)
 SUM_W = PROD_W + 3
 
 
@@ -111,6 +119,8 @@ class Fetch(wiring.Component):
             "head_valid": Out(1),
             "head_word": Out(isa.INSN_BITS),
             "head_err": Out(isa.ERROR_CODE_BITS),
+            "head_kind": Out(len(KINDS)),   # one-hot: which unit the head instruction needs (NOP: none)
+            "head_load_act": Out(1),        # the head is a LOAD into ACT
             "pop": In(1),
             "busy": Out(1),        # requests outstanding or instructions in pre-decode
         })
@@ -143,32 +153,41 @@ class Fetch(wiring.Component):
         legal = Const(0, 1)
         for o in isa.Op:
             legal = legal | (op == o)
-        v1, v2, v3 = Signal(), Signal(), Signal()
-        w1, w2, w3 = Signal(isa.INSN_BITS), Signal(isa.INSN_BITS), Signal(isa.INSN_BITS)
-        ill1, bad1, sc1 = Signal(), Signal(), Signal()
-        ill2, bad2, sc2 = Signal(), Signal(), Signal()
-        ill3, bad3, sc3 = Signal(), Signal(), Signal()
-        m.d.sync += [v1.eq(self.imem_data_valid), v2.eq(v1), v3.eq(v2), w1.eq(w), w2.eq(w1), w3.eq(w2),
-                     ill1.eq(~legal), ill2.eq(ill1), ill3.eq(ill2), bad2.eq(bad1), bad3.eq(bad2),
-                     sc2.eq(sc1), sc3.eq(sc2)]
+        S = PREDECODE_STAGES
+
+        def delayed(sig, name, k, reset_less=True):
+            """[sig delayed by 1 .. k cycles]; index i is the value i+1 cycles later."""
+            out = []
+            for i in range(k):
+                r = Signal(sig.shape(), name=f"{name}{i + 1}", reset_less=reset_less)
+                m.d.sync += r.eq(sig if i == 0 else out[-1])
+                out.append(r)
+            return out
+
+        vs = delayed(self.imem_data_valid, "v", S, reset_less=False)
+        ws = delayed(w, "w", S)
         with m.If(self.start):
-            m.d.sync += [v1.eq(0), v2.eq(0), v3.eq(0)]
+            m.d.sync += [v.eq(0) for v in vs]
+        ill1, bad1, sc1 = Signal(), Signal(), Signal()
+        m.d.sync += ill1.eq(~legal)
         with m.Switch(op):
             for o, (bad, sc) in flags.items():
                 with m.Case(o):
                     m.d.sync += [bad1.eq(bad), sc1.eq(sc)]
             with m.Default():
                 m.d.sync += [bad1.eq(0), sc1.eq(0)]
+        ill4, bad4, sc4 = (delayed(f, nm, 3)[-1] for f, nm in ((ill1, "ill"), (bad1, "bad"), (sc1, "sc")))
 
         oor = Const(0, 1)
         for r in range(N_RANGES):
+            # stage 1: the range's descriptor, selected by opcode
             act = Signal(name=f"r{r}_act")
-            base1 = Signal(BASE_W, name=f"r{r}_base")
-            bml1 = Signal(signed(BASE_W + 2), name=f"r{r}_bml")
-            nom1 = Signal(signed(COUNT_W), name=f"r{r}_nom1")
-            nim1 = Signal(signed(COUNT_W), name=f"r{r}_nim1")
-            so1 = Signal(signed(STRIDE_W), name=f"r{r}_so")
-            si1 = Signal(signed(STRIDE_W), name=f"r{r}_si")
+            base1 = Signal(BASE_W, name=f"r{r}_base", reset_less=True)
+            bml1 = Signal(signed(BASE_W + 2), name=f"r{r}_bml", reset_less=True)
+            nom1 = Signal(signed(COUNT_W), name=f"r{r}_nom1", reset_less=True)
+            nim1 = Signal(signed(COUNT_W), name=f"r{r}_nim1", reset_less=True)
+            so1 = Signal(signed(STRIDE_W), name=f"r{r}_so", reset_less=True)
+            si1 = Signal(signed(STRIDE_W), name=f"r{r}_si", reset_less=True)
             with m.Switch(op):
                 for o, rl in ranges.items():
                     with m.Case(o):
@@ -180,23 +199,53 @@ class Fetch(wiring.Component):
                             m.d.sync += act.eq(0)
                 with m.Default():
                     m.d.sync += act.eq(0)
-            act2, act3 = Signal(name=f"r{r}_act2"), Signal(name=f"r{r}_act3")
-            base2, bml2 = Signal(BASE_W, name=f"r{r}_base2"), Signal(signed(BASE_W + 2), name=f"r{r}_bml2")
-            po2, pi2, pi3 = (Signal(signed(PROD_W), name=f"r{r}_{nm}") for nm in ("po2", "pi2", "pi3"))
-            lo3, hi3 = Signal(signed(SUM_W), name=f"r{r}_lo3"), Signal(signed(SUM_W), name=f"r{r}_hi3")
-            m.d.sync += [act2.eq(act), act3.eq(act2), base2.eq(base1), bml2.eq(bml1),
-                         po2.eq(nom1 * so1), pi2.eq(nim1 * si1), pi3.eq(pi2),
-                         lo3.eq(base2 + Mux(po2 < 0, po2, 0)), hi3.eq(bml2 + Mux(po2 > 0, po2, 0))]
-            lo = lo3 + Mux(pi3 < 0, pi3, 0)
-            hi = hi3 + Mux(pi3 > 0, pi3, 0)
-            oor = oor | (act3 & ((lo < 0) | (hi >= 0)))
+            act4 = delayed(act, f"r{r}_act", 3)[-1]
+            base3 = delayed(base1, f"r{r}_base", 2)[-1]
+            bml3 = delayed(bml1, f"r{r}_bml", 2)[-1]
+            # stages 2 and 3: (n - 1) * stride, as two 18x18-sized partial products and their sum
+            prods = []
+            for nm, cnt, stride in (("o", nom1, so1), ("i", nim1, si1)):
+                lo_p = Signal(signed(COUNT_W + LO_BITS + 1), name=f"r{r}_p{nm}lo", reset_less=True)
+                hi_p = Signal(signed(COUNT_W + STRIDE_W - LO_BITS), name=f"r{r}_p{nm}hi", reset_less=True)
+                prod = Signal(signed(PROD_W), name=f"r{r}_p{nm}", reset_less=True)
+                m.d.sync += [lo_p.eq(cnt * stride[:LO_BITS]), hi_p.eq(cnt * stride[LO_BITS:].as_signed()),
+                             prod.eq(lo_p + (hi_p << LO_BITS))]
+                prods.append(prod)
+            po3, pi3 = prods
+            # stage 4: base + the outer extreme; stage 5: + the inner extreme, compared
+            lo4 = Signal(signed(SUM_W), name=f"r{r}_lo4", reset_less=True)
+            hi4 = Signal(signed(SUM_W), name=f"r{r}_hi4", reset_less=True)
+            pi4 = Signal(signed(PROD_W), name=f"r{r}_pi4", reset_less=True)
+            m.d.sync += [lo4.eq(base3 + Mux(po3 < 0, po3, 0)), hi4.eq(bml3 + Mux(po3 > 0, po3, 0)), pi4.eq(pi3)]
+            lo = lo4 + Mux(pi4 < 0, pi4, 0)
+            hi = hi4 + Mux(pi4 > 0, pi4, 0)
+            oor = oor | (act4 & ((lo < 0) | (hi >= 0)))
 
         E = isa.ErrorCode
-        err = Signal(isa.ERROR_CODE_BITS)
-        m.d.comb += err.eq(Mux(ill3, E.ILLEGAL_OPCODE, Mux(bad3, E.BAD_FIELD,
-                                                            Mux(oor | sc3, E.OUT_OF_RANGE, E.NONE))))
-        m.d.comb += [fifo.w_en.eq(v3), fifo.w_data.eq((err << isa.INSN_BITS) | w3),
-                     self.head_valid.eq(fifo.r_rdy), self.head_word.eq(fifo.r_data[:isa.INSN_BITS]),
-                     self.head_err.eq(fifo.r_data[isa.INSN_BITS:]), fifo.r_en.eq(self.pop),
-                     self.busy.eq((outstanding != 0) | v1 | v2 | v3)]
+        err5 = Signal(isa.ERROR_CODE_BITS)
+        m.d.sync += err5.eq(Mux(ill4, E.ILLEGAL_OPCODE, Mux(bad4, E.BAD_FIELD, Mux(oor | sc4, E.OUT_OF_RANGE,
+                                                                                     E.NONE))))
+        m.d.comb += [fifo.w_en.eq(vs[-1]), fifo.w_data.eq((err5 << isa.INSN_BITS) | ws[-1]),
+                     self.busy.eq((outstanding != 0) | Cat(*vs).any())]
+
+        # ---- head register: the issue stage decides from registers only ----
+        head_v = Signal()
+        head_w = Signal(isa.INSN_BITS, reset_less=True)
+        head_e = Signal(isa.ERROR_CODE_BITS, reset_less=True)
+        kind = Signal(len(KINDS), reset_less=True)
+        load_act = Signal(reset_less=True)
+        take = fifo.r_rdy & (~head_v | self.pop)
+        nw = fifo.r_data[:isa.INSN_BITS]
+        nop = opcode(nw)
+        m.d.comb += fifo.r_en.eq(take)
+        with m.If(take):
+            m.d.sync += [head_v.eq(1), head_w.eq(nw), head_e.eq(fifo.r_data[isa.INSN_BITS:]),
+                         load_act.eq((nop == isa.Op.LOAD) & (field(nw, isa.Op.LOAD, "mem") == isa.Mem.ACT))]
+            m.d.sync += [kind[k].eq(Cat(*[nop == o for o in ops]).any()) for k, ops in enumerate(KINDS.values())]
+        with m.Elif(self.pop):
+            m.d.sync += head_v.eq(0)
+        with m.If(self.start):
+            m.d.sync += head_v.eq(0)
+        m.d.comb += [self.head_valid.eq(head_v), self.head_word.eq(head_w), self.head_err.eq(head_e),
+                     self.head_kind.eq(kind), self.head_load_act.eq(load_act)]
         return m

@@ -1,26 +1,29 @@
 """The GEMM engine: a two-stage pipeline (weight preload, line stream) around the MAC array.
 
+On-chip memories register their inputs: data comes ML = MEM_LATENCY = 2 cycles after a
+read request, and a write request is performed ML - 1 = 1 cycle later.
+
 Stage 1 (preload) owns the shadow weights: issued GEMM k reads its block's N WGT rows,
-one per cycle, into the array's shadow registers (issue+1 .. issue+N; row data lands one
-cycle later). Stage 2 (stream) owns the ACT compute port: it reads one line per cycle for
-`n_outer * n_inner` cycles. GEMM k moves from stage 1 to stage 2 at the end of a cycle in
-which its last WGT read is issued (or done) and stage 2 is free or issuing its last read;
-so `stream_start(k) = max(issue(k) + N + 1, stream_end(k-1))` (GEMM_SETUP = 1), and the
-engine accepts the next GEMM from `stream_start(k)` on (stage 1 is empty again).
+one per cycle (issue+1 .. issue+N), into the array's shadow registers (each row lands ML
+cycles after its read). Stage 2 (stream) owns the ACT compute port: it reads one line per
+cycle for `n_outer * n_inner` cycles. GEMM k moves from stage 1 to stage 2 at the end of a
+cycle in which its last WGT read is issued (or done) and stage 2 is free or issuing its
+last read; so `stream_start(k) = max(issue(k) + N + 1, stream_end(k-1))` (GEMM_SETUP = 1:
+the swap happens ML cycles after the first line's read, when the last row has landed), and
+the engine accepts the next GEMM from `stream_start(k)` on (stage 1 is empty again).
 
-A line read in cycle c flows through (one register per step):
-  c+1   ACT data -> x register; if it is the first line of a GEMM, shadow -> active (swap)
-  c+2   N*N multipliers (MacArray), then log2(N) adder-tree levels
-  c+1+L ACC read of the line's accumulator address (L = log2 N)
-  c+2+L ACC data -> old register; forwarding selects computed against the two newer sums
-  c+3+L sum = (reset ? 0 : old) + dot, written to ACC in this cycle
-so an accumulator write lands GEMM_LATENCY = L + 3 cycles after its line was read, and the
-engine is idle GEMM_LATENCY cycles after its last line read + 1.
+A line read (requested) in cycle c flows through (one register per step, L = log2 N):
+  c+2    ACT data -> x register; for a GEMM's first line, shadow -> active (swap)
+  c+3    N*N multipliers (MacArray), then L adder-tree levels: dot valid in c+4+L
+  c+L+1  ACC read request for the line's accumulator address; data in c+L+3 -> old register
+  c+L+4  sum = (reset ? 0 : old or a forwarded sum) + dot, ACC write request
+  c+L+5  the ACC write is performed
+so the engine is idle GEMM_LATENCY = L + 5 cycles after its last line read + 1.
 
-Forwarding: the ACC read in cycle a misses the writes of cycles a and a+1, made by the
-two items ahead in the pipeline; their sums are kept in two registers and selected when
-their address matches (newest first), so consecutive lines may accumulate into the same
-ACC line every cycle (global average pooling) with no spacing in the program.
+Forwarding: an ACC read misses the writes of the three items ahead of it in the pipeline
+(not yet performed when it reads); their sums are kept in three registers and selected
+when their address matches (newest first), so consecutive lines may accumulate into the
+same ACC line every cycle (global average pooling) with no spacing in the program.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from .mac import MacArray, dot_bits
 from .params import TileParams, bits_for, field
 
 OP = isa.Op.GEMM
+ML = isa.MEM_LATENCY  # on-chip memories: data ML cycles after the request (registered inputs + block RAM)
 
 
 class GemmEngine(wiring.Component):
@@ -60,7 +64,7 @@ class GemmEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p = self.p
-        n, lvl = p.n, p.tree_levels
+        n = p.n
         m.submodules.mac = mac = MacArray(p)
         w = self.word
 
@@ -68,8 +72,8 @@ class GemmEngine(wiring.Component):
         pre_active = Signal()
         pre_cnt = Signal(range(n + 1))
         names = ("act", "acc", "n_outer", "n_inner", "act_so", "act_si", "acc_so", "acc_si", "reset")
-        pre = {k: Signal(field(w, OP, k).shape(), name=f"pre_{k}") for k in names}
-        wblk = Signal(bits_for(p.wgt_blocks))
+        pre = {k: Signal(field(w, OP, k).shape(), name=f"pre_{k}", reset_less=True) for k in names}
+        wblk = Signal(bits_for(p.wgt_blocks), reset_less=True)
         with m.If(self.start):
             m.d.sync += [pre_active.eq(1), pre_cnt.eq(0), wblk.eq(field(w, OP, "wblk"))]
             m.d.sync += [pre[k].eq(field(w, OP, k)) for k in names]
@@ -77,10 +81,13 @@ class GemmEngine(wiring.Component):
         with m.If(reading):
             m.d.sync += pre_cnt.eq(pre_cnt + 1)
         m.d.comb += self.wgt_addr.eq((wblk << p.log2n) | pre_cnt[:p.log2n])
-        row_we = Signal()
-        row_idx = Signal(range(n))
-        m.d.sync += [row_we.eq(reading), row_idx.eq(pre_cnt[:p.log2n])]
-        m.d.comb += [mac.row_we.eq(row_we), mac.row_idx.eq(row_idx), mac.row_data.eq(self.wgt_data)]
+        # the row read in cycle c arrives ML cycles later and is written into the shadow registers then
+        row_we = [Signal(name=f"row_we{k}") for k in range(ML)]
+        row_idx = [Signal(range(n), name=f"row_idx{k}", reset_less=True) for k in range(ML)]
+        m.d.sync += [row_we[0].eq(reading), row_idx[0].eq(pre_cnt[:p.log2n])]
+        m.d.sync += [row_we[k + 1].eq(row_we[k]) for k in range(ML - 1)]
+        m.d.sync += [row_idx[k + 1].eq(row_idx[k]) for k in range(ML - 1)]
+        m.d.comb += [mac.row_we.eq(row_we[-1]), mac.row_idx.eq(row_idx[-1]), mac.row_data.eq(self.wgt_data)]
 
         # ---- stage 2: line stream ----
         st_active = Signal()
@@ -102,43 +109,51 @@ class GemmEngine(wiring.Component):
         m.d.comb += [self.accept.eq(~pre_active)]
         m.d.comb += self.act_addr.eq(st_active.replicate(p.act_bits) & act_ptr)
 
-        # ---- token pipeline: (valid, acc address, reset) per stage; index = cycles after the read ----
-        depth = 3 + lvl
+        # ---- token pipeline: (valid, acc address, reset, first) k cycles after the line's read ----
+        kx = ML                       # the line's data arrives: x register, and the swap for a first line
+        kr = kx + mac.latency - ML    # ACC read request, so that its data arrives with the dot product
+        kd = kr + ML                  # ACC data arrives: old register, forwarding selects
+        ka = kd + 1                   # dot product valid: sum and ACC write request
+        depth = ka + (ML - 1)         # ... which the memory performs ML - 1 cycles later
+        assert kx + 1 + mac.latency == ka
         tv = [Signal(name=f"t{k}_valid") for k in range(depth + 1)]
-        ta = [Signal(p.acc_bits, name=f"t{k}_acc") for k in range(depth + 1)]
-        tr = [Signal(name=f"t{k}_reset") for k in range(depth + 1)]
-        first1 = Signal()
-        m.d.comb += [tv[0].eq(st_active), ta[0].eq(acc_ptr), tr[0].eq(st_reset)]
-        m.d.sync += first1.eq(st_active & st_first)
+        ta = [Signal(p.acc_bits, name=f"t{k}_acc", reset_less=True) for k in range(depth + 1)]
+        tr = [Signal(name=f"t{k}_reset", reset_less=True) for k in range(depth + 1)]
+        tf = [Signal(name=f"t{k}_first") for k in range(kx + 1)]
+        m.d.comb += [tv[0].eq(st_active), ta[0].eq(acc_ptr), tr[0].eq(st_reset), tf[0].eq(st_active & st_first)]
         for k in range(depth):
             m.d.sync += [tv[k + 1].eq(tv[k]), ta[k + 1].eq(ta[k]), tr[k + 1].eq(tr[k])]
-        xreg = Signal(p.line_bits)
+        m.d.sync += [tf[k + 1].eq(tf[k]) for k in range(kx)]
+        xreg = Signal(p.line_bits, reset_less=True)
         m.d.sync += xreg.eq(self.act_data)
-        m.d.comb += [mac.x.eq(xreg), mac.swap.eq(tv[1] & first1)]
-        assert mac.latency + 2 == depth, "MacArray latency and the token pipeline disagree"
+        m.d.comb += [mac.x.eq(xreg), mac.swap.eq(tf[kx])]
 
         # ---- accumulator read-modify-write with forwarding ----
-        kr, kd, ka = 1 + lvl, 2 + lvl, 3 + lvl
+        # The ACC read of item i happens ML - 1 cycles after its request and misses the writes of the
+        # FWD = ML + 1 items ahead of it (requested in the cycles up to its own ACC data cycle, performed
+        # ML - 1 cycles later); their sums are kept and selected, newest first, when the address matches.
+        fwd_n = ML + 1
         m.d.comb += self.acc_raddr.eq(tv[kr].replicate(p.acc_bits) & ta[kr])
-        old = Signal(p.acc_line_bits)
-        fwd1, fwd2 = Signal(), Signal()
-        sum1, sum2 = Signal(p.acc_line_bits), Signal(p.acc_line_bits)
-        s1v, s1a = Signal(), Signal(p.acc_bits)
+        old = Signal(p.acc_line_bits, reset_less=True)
         new = Signal(p.acc_line_bits)
-        m.d.sync += [old.eq(self.acc_rdata),
-                     fwd1.eq(tv[ka] & (ta[ka] == ta[kd])),
-                     fwd2.eq(s1v & (s1a == ta[kd])),
-                     sum1.eq(new), sum2.eq(sum1), s1v.eq(tv[ka]), s1a.eq(ta[ka])]
+        sums = [Signal(p.acc_line_bits, name=f"sum{k}", reset_less=True) for k in range(fwd_n)]
+        svalid = [Signal(name=f"sum{k}_valid") for k in range(fwd_n)]
+        saddr = [Signal(p.acc_bits, name=f"sum{k}_acc", reset_less=True) for k in range(fwd_n)]
+        fwd = [Signal(name=f"fwd{k}") for k in range(fwd_n)]
+        m.d.sync += [old.eq(self.acc_rdata), sums[0].eq(new), svalid[0].eq(tv[ka]), saddr[0].eq(ta[ka]),
+                     fwd[0].eq(tv[ka] & (ta[ka] == ta[kd]))]
+        for k in range(1, fwd_n):
+            m.d.sync += [sums[k].eq(sums[k - 1]), svalid[k].eq(svalid[k - 1]), saddr[k].eq(saddr[k - 1]),
+                         fwd[k].eq(svalid[k - 1] & (saddr[k - 1] == ta[kd]))]
         db = dot_bits(p)
         for r in range(n):
             lane = slice(32 * r, 32 * r + 32)
             prev = Signal(signed(32), name=f"prev{r}")
             with m.If(tr[ka]):
                 m.d.comb += prev.eq(0)
-            with m.Elif(fwd1):
-                m.d.comb += prev.eq(sum1[lane])
-            with m.Elif(fwd2):
-                m.d.comb += prev.eq(sum2[lane])
+            for k in range(fwd_n):
+                with m.Elif(fwd[k]):
+                    m.d.comb += prev.eq(sums[k][lane])
             with m.Else():
                 m.d.comb += prev.eq(old[lane])
             m.d.comb += new[lane].eq(prev + mac.dot[db * r:db * (r + 1)].as_signed())

@@ -35,8 +35,8 @@ def loop2d(m: Module, name: str, *, load: Value, step: Value, n_outer: Value, n_
     cw_o, cw_i = len(n_outer), len(n_inner)
     i = Signal(cw_o, name=f"{name}_i")
     j = Signal(cw_i, name=f"{name}_j")
-    no_m1 = Signal(cw_o, name=f"{name}_no_m1")
-    ni_m1 = Signal(cw_i, name=f"{name}_ni_m1")
+    no_m1 = Signal(cw_o, name=f"{name}_no_m1", reset_less=True)
+    ni_m1 = Signal(cw_i, name=f"{name}_ni_m1", reset_less=True)
     last_i = Signal(name=f"{name}_last_i")
     last_j = Signal(name=f"{name}_last_j")
     m.d.comb += [last_i.eq(i == no_m1), last_j.eq(j == ni_m1)]
@@ -49,10 +49,10 @@ def loop2d(m: Module, name: str, *, load: Value, step: Value, n_outer: Value, n_
         with m.Else():
             m.d.sync += j.eq(j + 1)
     for k, (base, so, si, width) in enumerate(streams):
-        ptr = Signal(width, name=f"{name}_ptr{k}")
-        row = Signal(width, name=f"{name}_row{k}")
-        so_r = Signal(so.shape(), name=f"{name}_so{k}")
-        si_r = Signal(si.shape(), name=f"{name}_si{k}")
+        ptr = Signal(width, name=f"{name}_ptr{k}", reset_less=True)
+        row = Signal(width, name=f"{name}_row{k}", reset_less=True)
+        so_r = Signal(so.shape(), name=f"{name}_so{k}", reset_less=True)
+        si_r = Signal(si.shape(), name=f"{name}_si{k}", reset_less=True)
         with m.If(load):
             m.d.sync += [ptr.eq(base), row.eq(base), so_r.eq(so), si_r.eq(si)]
         with m.Elif(step):

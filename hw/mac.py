@@ -45,8 +45,8 @@ class MacArray(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.p.n
-        shadow = [Signal(self.p.line_bits, name=f"shadow{r}") for r in range(n)]
-        active = [Signal(self.p.line_bits, name=f"active{r}") for r in range(n)]
+        shadow = [Signal(self.p.line_bits, name=f"shadow{r}", reset_less=True) for r in range(n)]
+        active = [Signal(self.p.line_bits, name=f"active{r}", reset_less=True) for r in range(n)]
         with m.If(self.row_we):
             m.d.sync += Array(shadow)[self.row_idx].eq(self.row_data)
         with m.If(self.swap):
@@ -56,7 +56,7 @@ class MacArray(wiring.Component):
         for r in range(n):
             level = []
             for c in range(n):
-                prod = Signal(signed(PRODUCT_BITS), name=f"p{r}_{c}")
+                prod = Signal(signed(PRODUCT_BITS), name=f"p{r}_{c}", reset_less=True)
                 w = active[r][8 * c:8 * c + 8].as_signed()
                 x = self.x[8 * c:8 * c + 8].as_signed()
                 m.d.sync += prod.eq(w * x)
@@ -66,7 +66,7 @@ class MacArray(wiring.Component):
                 depth += 1
                 nxt = []
                 for k in range(0, len(level), 2):
-                    s = Signal(signed(PRODUCT_BITS + depth), name=f"s{r}_{depth}_{k // 2}")
+                    s = Signal(signed(PRODUCT_BITS + depth), name=f"s{r}_{depth}_{k // 2}", reset_less=True)
                     m.d.sync += s.eq(level[k] + level[k + 1])
                     nxt.append(s)
                 level = nxt

@@ -11,25 +11,27 @@ operands as consecutive tokens through the same multiplier and sums the products
 each lane has one 34x32 multiplier, built from four 17x16 partial products (each fits an
 18x18 DSP) with registers between the partial products and every 64-bit adder.
 
-Pipe stages (input in cycle c, one register each; y valid in cycle c + PIPE_LATENCY):
-  S1 X = operand + addend (34 bit), M select     S2 four partial products
-  S3 two partial sums                            S4 p = sum (64 bit)
-  S5 v = p (+ v of the previous token: VEC ADD)  S6 q = v + 2**(s-1)
-  S7 r = q >> s (arithmetic)                     S8 r saturated to 10 bits (|z_out|, lo, hi fit)
-  S9 y = clamp(r + z_out, lo, hi), or max(a, b)
+Pipe stages (input in cycle c, one register each, every stage at most one carry chain or
+a few LUT levels; y valid in cycle c + PIPE_LATENCY = c + 11):
+  S0 the block RAM's read data                   S1 X = operand + addend (34 bit), M select
+  S2 four partial products (DSP)                 S3 two partial sums
+  S4 p = sum (64 bit)                            S5 v = p (+ v of the previous token: VEC ADD)
+  S6/S7 a = v >> (s-1) (arithmetic, by 8s, then by 1s)   S8 a saturated to 11 bits
+  S9 t = ((a + 1) >> 1) + z_out (the rounding: floor((v + 2**(s-1)) / 2**s) == (a + 1) >> 1)
+  S10 y = clamp(t, lo, hi), or max(a, b)
 
 `PostEngine` sequences an instruction: it reads the PARAM entry (PARAM_ENTRY_BEATS beats,
 one per cycle), prepares the lane parameters in one cycle, then streams:
   PPU: one ACC line read per cycle; the result is written to ACT PIPE_LATENCY + 1 cycles
        after its read, through the compute ACT port.
   VEC: frames of three cycles on the single compute ACT port: read a, read b, write
-       (the result of an earlier frame). PIPE_LATENCY + 1 = 10 = 1 (mod 3) puts every
+       (the result of an earlier frame). MEM_LATENCY + PIPE_LATENCY = 13 = 1 (mod 3) puts every
        result write exactly on a write slot, so reads and writes never collide.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -40,8 +42,9 @@ from .loop import loop2d
 from .params import TileParams, field
 
 PIPE_LATENCY = isa.POST_PIPE_STAGES
-assert PIPE_LATENCY == 9, "PostPipe below is written with nine register stages"
-SAT_BITS = 10  # r is saturated to 10 bits before + z_out: any |r| > 511 clamps the same way
+assert PIPE_LATENCY == 11, "PostPipe below is written with eleven register stages"
+ML = isa.MEM_LATENCY
+SAT_BITS = 10  # r saturated to about 10 bits before + z_out: any |r| > 511 clamps the same way
 
 
 class PostPipe(wiring.Component):
@@ -61,7 +64,7 @@ class PostPipe(wiring.Component):
             # per-lane parameters (PPU) / broadcast (VEC)
             "bias": In(32 * n),
             "mult": In(32 * n),
-            "shift": In(6 * n),    # already clamped to [1, 62]
+            "shm1": In(6 * n),     # shift - 1, the shift already clamped to [1, 62]
             "z_out": In(signed(8)),
             "lo": In(signed(8)),
             "hi": In(signed(8)),
@@ -76,90 +79,102 @@ class PostPipe(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.n
-        # token pipeline: valid and tag for S1..S9
-        v = [Signal(name=f"v{k}") for k in range(PIPE_LATENCY + 1)]
-        tag = [Signal(32, name=f"tag{k}") for k in range(PIPE_LATENCY + 1)]
+        L = PIPE_LATENCY
+        # token pipeline: valid and tag, v[k] is the token k cycles after it entered
+        v = [Signal(name=f"v{k}") for k in range(L + 1)]
+        tag = [Signal(32, name=f"tag{k}", reset_less=True) for k in range(L + 1)]
         m.d.comb += [v[0].eq(self.in_valid), tag[0].eq(self.in_tag)]
-        for k in range(PIPE_LATENCY):
+        for k in range(L):
             m.d.sync += [v[k + 1].eq(v[k]), tag[k + 1].eq(tag[k])]
-        m.d.comb += [self.out_valid.eq(v[PIPE_LATENCY]), self.out_tag.eq(tag[PIPE_LATENCY]),
-                     self.busy.eq(Cat(*v[1:]).any())]
-        # the "second" flag reaches S5 with its token
-        sec = [Signal(name=f"sec{k}") for k in range(5)]
+        m.d.comb += [self.out_valid.eq(v[L]), self.out_tag.eq(tag[L]), self.busy.eq(Cat(*v[1:]).any())]
+        # the "second" flag travels with its token to S5 (computed in cycle +5)
+        sec = [Signal(name=f"sec{k}") for k in range(6)]
         m.d.comb += sec[0].eq(self.in_vec & self.in_second)
-        for k in range(4):
+        for k in range(5):
             m.d.sync += sec[k + 1].eq(sec[k])
+        sec1 = Signal()
+        m.d.sync += sec1.eq(sec[0])
 
         for lane in range(n):
-            acc = self.acc_in[32 * lane:32 * lane + 32].as_signed()
-            a8 = self.act_in[8 * lane:8 * lane + 8].as_signed()
             bias = self.bias[32 * lane:32 * lane + 32].as_signed()
             mult = self.mult[32 * lane:32 * lane + 32].as_signed()
-            sh = self.shift[6 * lane:6 * lane + 6]
-            # S1
-            x = Signal(signed(34), name=f"x{lane}")
-            mm = Signal(signed(32), name=f"m{lane}")
-            ppu_x = Signal(signed(32), name=f"ppux{lane}")
+            shm1 = self.shm1[6 * lane:6 * lane + 6]
+            # S0: the memory's read data, registered before any arithmetic
+            acc = Signal(signed(32), name=f"acc{lane}", reset_less=True)
+            a8 = Signal(signed(8), name=f"a{lane}", reset_less=True)
+            m.d.sync += [acc.eq(self.acc_in[32 * lane:32 * lane + 32]), a8.eq(self.act_in[8 * lane:8 * lane + 8])]
+            # S1: X = wrap32(acc + bias) (PPU) or a - z (VEC, 34 bits), and its multiplier
+            x = Signal(signed(34), name=f"x{lane}", reset_less=True)
+            mm = Signal(signed(32), name=f"m{lane}", reset_less=True)
+            ppu_x = Signal(signed(32), name=f"ppux{lane}", reset_less=True)
             m.d.comb += ppu_x.eq(acc + bias)  # wraps to 32 bits (int32 + int32 in numpy)
             with m.If(self.in_vec):
-                m.d.sync += [x.eq(a8 - Mux(self.in_second, self.zb, self.za)),
-                             mm.eq(Mux(self.in_second, self.mb, self.ma))]
+                m.d.sync += [x.eq(a8 - Mux(sec1, self.zb, self.za)), mm.eq(Mux(sec1, self.mb, self.ma))]
             with m.Else():
                 m.d.sync += [x.eq(ppu_x), mm.eq(mult)]
-            # VEC MAX: a is held for one cycle, max formed with b, delayed to S9
-            a_hold = Signal(signed(8), name=f"ahold{lane}")
+            # VEC MAX: a is held for one cycle, max formed with b in S1, delayed to the output
+            a_hold = Signal(signed(8), name=f"ahold{lane}", reset_less=True)
             m.d.sync += a_hold.eq(a8)
-            mx = [Signal(signed(8), name=f"mx{lane}_{k}") for k in range(PIPE_LATENCY - 1)]
+            mx = [Signal(signed(8), name=f"mx{lane}_{k}", reset_less=True) for k in range(L - 2)]
             m.d.sync += mx[0].eq(Mux(a_hold > a8, a_hold, a8))
-            for k in range(PIPE_LATENCY - 2):
+            for k in range(L - 3):
                 m.d.sync += mx[k + 1].eq(mx[k])
             # S2: partial products of X = xh*2**17 + xl (xl unsigned) and M = mh*2**16 + ml (ml unsigned)
             xl, xh = x[:17], x[17:].as_signed()
             ml, mh = mm[:16], mm[16:].as_signed()
-            pll = Signal(unsigned(33), name=f"pll{lane}")
-            plh = Signal(signed(34), name=f"plh{lane}")
-            phl = Signal(signed(34), name=f"phl{lane}")
-            phh = Signal(signed(33), name=f"phh{lane}")
+            pll = Signal(unsigned(33), name=f"pll{lane}", reset_less=True)
+            plh = Signal(signed(34), name=f"plh{lane}", reset_less=True)
+            phl = Signal(signed(34), name=f"phl{lane}", reset_less=True)
+            phh = Signal(signed(33), name=f"phh{lane}", reset_less=True)
             m.d.sync += [pll.eq(xl * ml), plh.eq(xl * mh), phl.eq(xh * ml), phh.eq(xh * mh)]
             # S3
-            sa = Signal(signed(64), name=f"sa{lane}")
-            sb = Signal(signed(64), name=f"sb{lane}")
+            sa = Signal(signed(64), name=f"sa{lane}", reset_less=True)
+            sb = Signal(signed(64), name=f"sb{lane}", reset_less=True)
             m.d.sync += [sa.eq(pll + (plh << 16)), sb.eq((phl + (phh << 16)) << 17)]
             # S4
-            p = Signal(signed(64), name=f"p{lane}")
+            p = Signal(signed(64), name=f"p{lane}", reset_less=True)
             m.d.sync += p.eq(sa + sb)
-            # S5
-            vv = Signal(signed(64), name=f"vv{lane}")
-            m.d.sync += vv.eq(p + Mux(sec[4], vv, 0))
-            # S6: + 2**(s-1) (sh >= 1); the shift amount is stable for the whole instruction
-            q = Signal(signed(64), name=f"q{lane}")
-            rnd = Signal(64, name=f"rnd{lane}")
-            m.d.comb += rnd.eq(Const(1, 64) << (sh - 1)[:6])
-            m.d.sync += q.eq(vv + rnd)
-            # S7
-            r = Signal(signed(64), name=f"r{lane}")
-            m.d.sync += r.eq(q >> sh)
-            # S8
-            rs = Signal(signed(SAT_BITS), name=f"rs{lane}")
-            top = r[SAT_BITS - 1:]
-            smax, smin = (1 << (SAT_BITS - 1)) - 1, -(1 << (SAT_BITS - 1))
+            # S5: VEC ADD sums the two operands' products (a's token came one cycle earlier)
+            vv = Signal(signed(64), name=f"vv{lane}", reset_less=True)
+            m.d.sync += vv.eq(p + Mux(sec[5], vv, 0))
+            # S6/S7: a = v >> (s - 1) (arithmetic: by the multiple-of-8 part, then the rest). Rounding:
+            # floor((v + 2**(s-1)) / 2**s) == (a + 1) >> 1, so no 64-bit rounding adder is needed.
+            a1 = Signal(signed(64), name=f"a1_{lane}", reset_less=True)
+            av = Signal(signed(64), name=f"a{lane}_", reset_less=True)
+            m.d.sync += [a1.eq(vv >> Cat(C(0, 3), shm1[3:])), av.eq(a1 >> shm1[:3])]
+            # S8: a saturated to SAT_BITS + 1 bits (r = (a + 1) >> 1 then fits SAT_BITS + 1, and any
+            # r beyond +-2**(SAT_BITS-1) clamps to lo/hi exactly as the exact r does)
+            asat = Signal(signed(SAT_BITS + 1), name=f"asat{lane}", reset_less=True)
+            top = av[SAT_BITS:]
+            smax, smin = (1 << SAT_BITS) - 1, -(1 << SAT_BITS)
             with m.If((top == 0) | (top == (1 << len(top)) - 1)):
-                m.d.sync += rs.eq(r[:SAT_BITS])
-            with m.Elif(r[63]):
-                m.d.sync += rs.eq(smin)
+                m.d.sync += asat.eq(av[:SAT_BITS + 1])
+            with m.Elif(av[63]):
+                m.d.sync += asat.eq(smin)
             with m.Else():
-                m.d.sync += rs.eq(smax)
-            # S9
-            t = Signal(signed(SAT_BITS + 1), name=f"t{lane}")
-            t_lo = Signal(signed(SAT_BITS + 1), name=f"tlo{lane}")
-            y = Signal(signed(8), name=f"y{lane}")
-            m.d.comb += [t.eq(rs + self.z_out), t_lo.eq(Mux(t < self.lo, self.lo, t))]
+                m.d.sync += asat.eq(smax)
+            # S9: r = (a + 1) >> 1, + z_out
+            t = Signal(signed(SAT_BITS + 2), name=f"t{lane}", reset_less=True)
+            m.d.sync += t.eq(((asat + 1) >> 1) + self.z_out)
+            # S10: clamp to [lo, hi] (numpy's clip: max with lo, then min with hi), or the max
+            t_lo = Signal(signed(SAT_BITS + 2), name=f"tlo{lane}")
+            y = Signal(signed(8), name=f"y{lane}", reset_less=True)
+            m.d.comb += t_lo.eq(Mux(t < self.lo, self.lo, t))
             with m.If(self.op_max):
-                m.d.sync += y.eq(mx[PIPE_LATENCY - 2])
+                m.d.sync += y.eq(mx[-1])
             with m.Else():
                 m.d.sync += y.eq(Mux(t_lo > self.hi, self.hi, t_lo))
             m.d.comb += self.y[8 * lane:8 * lane + 8].eq(y)
         return m
+
+
+def times_const(v, c: int):
+    """v * c as shifts and adds (a `*` by a constant would be mapped to a distant DSP block)."""
+    out = 0
+    for bit in range(c.bit_length()):
+        if c >> bit & 1:
+            out = out + (v << bit)
+    return out
 
 
 def clamp_shift(shift: int) -> int:
@@ -201,7 +216,7 @@ class PostEngine(wiring.Component):
         op_max = Signal()
         pbase = Signal(p.param_bits)
         k = Signal(range(peb + 1))   # PARAM beats requested
-        preg = Signal(peb * p.beat_bits)
+        preg = Signal(peb * p.beat_bits, reset_less=True)
         slot = Signal(range(3))      # VEC frame slot: 0 read a, 1 read b, 2 write
 
         # one loop, three address streams: PPU (ACC in, -, ACT out); VEC (a, b, out)
@@ -222,14 +237,16 @@ class PostEngine(wiring.Component):
         m.d.comb += self.param_addr.eq(Mux(pread, pbase + k, 0))
         with m.If(pread):
             m.d.sync += k.eq(k + 1)
-        pvalid = Signal()
-        pidx = Signal(range(peb))
-        m.d.sync += [pvalid.eq(pread), pidx.eq(k)]
-        with m.If(pvalid):
+        pvalid = [Signal(name=f"pvalid{i}") for i in range(ML)]
+        pidx = [Signal(range(peb), name=f"pidx{i}", reset_less=True) for i in range(ML)]
+        m.d.sync += [pvalid[0].eq(pread), pidx[0].eq(k)]
+        m.d.sync += [pvalid[i + 1].eq(pvalid[i]) for i in range(ML - 1)]
+        m.d.sync += [pidx[i + 1].eq(pidx[i]) for i in range(ML - 1)]
+        with m.If(pvalid[-1]):
             for b in range(peb):
-                with m.If(pidx == b):
+                with m.If(pidx[-1] == b):
                     m.d.sync += preg[b * p.beat_bits:(b + 1) * p.beat_bits].eq(self.param_data)
-        with m.If((state == PARAM) & (k == peb)):  # the last beat is written at the end of this cycle
+        with m.If((state == PARAM) & pvalid[-1] & (pidx[-1] == peb - 1)):  # the last beat lands now
             m.d.sync += state.eq(PREP)
 
         # ---- PREP: lane parameters from the entry (layout: hwc.isa.pack_param_entry) ----
@@ -242,18 +259,16 @@ class PostEngine(wiring.Component):
         def clamp_sh(s):
             return Mux(s < arith.SHIFT_MIN, arith.SHIFT_MIN, Mux(s > arith.SHIFT_MAX, arith.SHIFT_MAX, s))[:6]
 
-        bias, mult, shift = Signal(32 * n), Signal(32 * n), Signal(6 * n)
-        z_out, lo, hi = Signal(signed(8)), Signal(signed(8)), Signal(signed(8))
-        za, zb, ma, mb = (Signal(signed(32), name=nm) for nm in ("za", "zb", "ma", "mb"))
+        # the entry's fields are read straight from the beat registers; only shift - 1 is prepared
+        bias, mult = preg[:32 * n], preg[32 * n:64 * n]
+        shm1 = Signal(6 * n, reset_less=True)
+        z_out, lo, hi = byte(9 * n).as_signed(), byte(9 * n + 1).as_signed(), byte(9 * n + 2).as_signed()
+        za, zb, ma, mb = i32(0), i32(4), i32(4 * n), i32(4 * n + 4)
         with m.If(state == PREP):
             m.d.sync += [state.eq(STREAM), slot.eq(0)]
             for lane in range(n):
-                m.d.sync += [bias[32 * lane:32 * lane + 32].eq(i32(4 * lane)),
-                             mult[32 * lane:32 * lane + 32].eq(i32(4 * n + 4 * lane)),
-                             shift[6 * lane:6 * lane + 6].eq(clamp_sh(Mux(is_vec, byte(8 * n), byte(8 * n + lane))))]
-            m.d.sync += [z_out.eq(byte(9 * n).as_signed()), lo.eq(byte(9 * n + 1).as_signed()),
-                         hi.eq(byte(9 * n + 2).as_signed()),
-                         za.eq(i32(0)), zb.eq(i32(4)), ma.eq(i32(4 * n)), mb.eq(i32(4 * n + 4))]
+                sh = clamp_sh(Mux(is_vec, byte(8 * n), byte(8 * n + lane)))
+                m.d.sync += shm1[6 * lane:6 * lane + 6].eq(sh - 1)
 
         # ---- STREAM ----
         streaming = state == STREAM
@@ -266,23 +281,30 @@ class PostEngine(wiring.Component):
         with m.If(step & loop.last):
             m.d.sync += state.eq(DRAIN)
         m.d.comb += self.acc_raddr.eq(Mux(ppu_read, in_ptr[:p.acc_bits], 0))
-        # a token enters the pipe one cycle after its read, with the read data
-        tv, tsec, ttag = Signal(), Signal(), Signal(p.act_bits)
-        m.d.sync += [tv.eq(step), tsec.eq(vec_b), ttag.eq(out_ptr)]
+        # a token enters the pipe ML cycles after its read, with the read data
+        tvs = [Signal(name=f"tv{i}") for i in range(ML)]
+        tsecs = [Signal(name=f"tsec{i}") for i in range(ML)]
+        ttags = [Signal(p.act_bits, name=f"ttag{i}", reset_less=True) for i in range(ML)]
+        m.d.sync += [tvs[0].eq(step), tsecs[0].eq(vec_b), ttags[0].eq(out_ptr)]
+        for i in range(ML - 1):
+            m.d.sync += [tvs[i + 1].eq(tvs[i]), tsecs[i + 1].eq(tsecs[i]), ttags[i + 1].eq(ttags[i])]
+        tv, tsec, ttag = tvs[-1], tsecs[-1], ttags[-1]
         m.d.comb += [pipe.in_valid.eq(tv), pipe.in_vec.eq(is_vec), pipe.in_second.eq(tsec),
                      pipe.in_tag.eq(ttag), pipe.acc_in.eq(self.acc_rdata), pipe.act_in.eq(self.act_data),
-                     pipe.op_max.eq(op_max), pipe.bias.eq(bias), pipe.mult.eq(mult), pipe.shift.eq(shift),
+                     pipe.op_max.eq(op_max), pipe.bias.eq(bias), pipe.mult.eq(mult), pipe.shm1.eq(shm1),
                      pipe.z_out.eq(z_out), pipe.lo.eq(lo), pipe.hi.eq(hi),
                      pipe.za.eq(za), pipe.zb.eq(zb), pipe.ma.eq(ma), pipe.mb.eq(mb)]
         # the ACT compute port: VEC reads in slots 0/1; every result write lands in a slot 2
-        assert (PIPE_LATENCY + 1) % 3 == 1, "VEC writes would collide with VEC reads"
+        assert (ML + PIPE_LATENCY) % 3 == 1, "VEC writes would collide with VEC reads"
         rd_addr = Mux(vec_a, in_ptr[:p.act_bits], b_ptr)
         m.d.comb += [self.act_we.eq(pipe.out_valid), self.act_wdata.eq(Mux(pipe.out_valid, pipe.y, 0)),
                      self.act_addr.eq(Mux(pipe.out_valid, pipe.out_tag[:p.act_bits],
                                           Mux(vec_a | vec_b, rd_addr, 0)))]
 
         # ---- DRAIN: idle once the last result is written ----
-        pipe_busy = tv | pipe.busy
+        wpend = [Signal(name=f"wpend{i}") for i in range(ML - 1)]  # write requests not yet performed
+        m.d.sync += [wpend[i].eq(pipe.out_valid if i == 0 else wpend[i - 1]) for i in range(ML - 1)]
+        pipe_busy = Cat(*tvs, *wpend).any() | pipe.busy
         with m.If((state == DRAIN) & ~pipe_busy):
             m.d.sync += state.eq(IDLE)
         m.d.comb += self.busy.eq(((state != IDLE) & (state != DRAIN)) | pipe_busy)
@@ -290,5 +312,5 @@ class PostEngine(wiring.Component):
         with m.If(self.start):  # last: wins over the DRAIN -> IDLE transition
             m.d.sync += [state.eq(PARAM), k.eq(0), is_vec.eq(w_vec),
                          op_max.eq(w_vec & (field(w, vec, "op") == isa.VecOp.MAX)),
-                         pbase.eq(Mux(w_vec, field(w, vec, "param"), field(w, ppu, "param")) * peb)]
+                         pbase.eq(times_const(Mux(w_vec, field(w, vec, "param"), field(w, ppu, "param")), peb))]
         return m

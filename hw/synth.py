@@ -110,8 +110,10 @@ def _xc7_resources(cells: dict) -> dict:
 
 
 def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, place: bool = True,
-          seed: int = 1) -> dict:
-    """Synthesize DIR/tile.v for `device`; writes and returns DIR/synth.json."""
+          seed: int = 1, progress=None) -> dict:
+    """Synthesize DIR/tile.v for `device`; writes and returns DIR/synth.json. `progress(name)` is
+    called as each tool starts (`synth_steps` of them; hwc.report.progress.steps draws the bar)."""
+    step = progress or (lambda name: None)
     build = Path(build_dir).resolve()
     if device not in DEVICES:
         raise SynthError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
@@ -124,6 +126,7 @@ def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, pl
     if device == "xc7":
         script = (f"read_verilog tile.v {WRAP}.v; synth_xilinx -family xc7 -top {WRAP}; "
                   f"tee -q -o stat_xc7.json stat -json")
+        step("yosys synth_xilinx")
         out["seconds"]["yosys"] = _run(build, "yosys", ["-p", script], "yosys_xc7.log")
         out["resources"] = _xc7_resources(yosys_stat(build, "stat_xc7.json"))
         out["fmax_mhz"] = None
@@ -132,27 +135,36 @@ def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, pl
         freq = freq_mhz or 150
         script = (f"read_verilog tile.v {WRAP}.v; synth_ecp5 -top {WRAP} -json tile_ecp5.json; "
                   f"tee -q -o stat_ecp5.json stat -json")
+        step("yosys synth_ecp5")
         out["seconds"]["yosys"] = _run(build, "yosys", ["-p", script], "yosys_ecp5.log")
         out["resources"] = _ecp5_resources(yosys_stat(build, "stat_ecp5.json"))
         out["fmax_mhz"] = None
         if place:
+            step("nextpnr-ecp5 place and route")
             out["seconds"]["nextpnr"] = _run(build, "nextpnr-ecp5",
                                              [*ECP5_ARGS, "--json", "tile_ecp5.json", "--textcfg", "tile.config",
-                                              "--report", "report.json", "--freq", str(freq), "--seed", str(seed)],
+                                              "--report", "nextpnr_report.json", "--freq", str(freq),
+                                              "--seed", str(seed), "--router", "router2", "--timing-allow-fail"],
                                              "nextpnr.log")
-            rep = json.loads((build / "report.json").read_text())
+            rep = json.loads((build / "nextpnr_report.json").read_text())  # not report.json: hwc build's
             fmax = rep.get("fmax", {})
             clk = next((v for k, v in fmax.items() if "clk" in k), None) or next(iter(fmax.values()), None)
             out["fmax_mhz"] = round(clk["achieved"], 2) if clk else None
             out["target_mhz"] = freq
             out["utilization"] = {k: v for k, v in rep.get("utilization", {}).items()
                                   if k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_IO")}
+            step("ecppack bitstream")
             out["seconds"]["ecppack"] = _run(build, "ecppack", ["--input", "tile.config", "--bit", "tile.bit"],
                                              "ecppack.log")
             out["bitstream"] = "tile.bit"
             out["bitstream_bytes"] = (build / "tile.bit").stat().st_size
     (build / "synth.json").write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     return out
+
+
+def synth_steps(device: str, place: bool = True) -> int:
+    """How many tools `synth` runs (the length of its progress bar)."""
+    return 3 if device == "ecp5-85k" and place else 1
 
 
 def yosys_check(build_dir) -> dict:

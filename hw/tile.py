@@ -16,8 +16,9 @@ in the cycle it reaches the head: `error`, `error_code` and `error_pc` (its inst
 index) are set, nothing of it is issued, fetch stops; instructions issued before it
 complete. The ACT DMA port is shared by LOAD-into-ACT and STORE: each waits for the other.
 
-Memories (sizes from the target; read ports synchronous, one cycle, old data when the port
-itself writes the address):
+Memories (sizes from the target; inputs registered, then the block RAM: read data
+MEM_LATENCY = 2 cycles after the request, a write performed one cycle after its request;
+old data when the port itself writes the address):
   ACT   line_bits x act_lines, two read/write ports: A = compute unit, B = DMA (a read sees
         the other port's same-cycle write: the block-RAM-mappable choice)
   ACC   acc_line_bits x acc_lines, one read (GEMM RMW / PPU), one write (GEMM)
@@ -37,8 +38,8 @@ from hwc import isa
 
 from .compute import ComputeUnit
 from .dma import LoadEngine, StoreEngine
-from .fetch import Fetch
-from .params import CYCLE_BITS, DRAM_ADDR_BITS, LEN_BITS, PC_BITS, TileParams, field, opcode, wait_mask
+from .fetch import KINDS, Fetch
+from .params import CYCLE_BITS, DRAM_ADDR_BITS, LEN_BITS, PC_BITS, TileParams, wait_mask
 
 
 def tile_signature(p: TileParams) -> dict:
@@ -83,36 +84,50 @@ class Tile(wiring.Component):
             m.submodules[f"wgt{b}"] = mem
             banks.append(mem)
 
-        # Each port reads the old value when it writes the same address itself, and the new value
-        # when the *other* port writes it: block RAMs leave cross-port collisions undefined, and
-        # yosys implements "new" with a small bypass but cannot implement "old" (it would fall back
-        # to flip-flops). Correct programs never collide (a wait mask orders LOAD and compute).
+        # Every memory input (address, write data, write enable) is registered in front of the block
+        # RAM (MEM_LATENCY = 2): the engines compute addresses with a full cycle to spare, and the
+        # wide address nets to the many block RAMs of a memory start at flip-flops.
+        def reg(value, name, reset_less=True):
+            r = Signal(len(value), name=name, reset_less=reset_less)
+            m.d.sync += r.eq(value)
+            return r
+
+        # ACT: each port reads the old value when it writes the same address itself, and the new
+        # value when the *other* port writes it: block RAMs leave cross-port collisions undefined,
+        # and yosys implements "new" with a small bypass but cannot implement "old" (it would fall
+        # back to flip-flops). Correct programs never collide (a wait mask orders LOAD and compute).
         a_w, b_w = act.write_port(), act.write_port()
         a_r, b_r = act.read_port(transparent_for=(b_w,)), act.read_port(transparent_for=(a_w,))
-        m.d.comb += [a_r.addr.eq(cmp.act_addr), a_w.addr.eq(cmp.act_addr), a_w.en.eq(cmp.act_we),
-                     a_w.data.eq(cmp.act_wdata), cmp.act_rdata.eq(a_r.data)]
-        b_addr = Mux(load.act_we, load.waddr[:p.act_bits], store.act_addr)
-        m.d.comb += [b_r.addr.eq(b_addr), b_w.addr.eq(b_addr), b_w.en.eq(load.act_we), b_w.data.eq(load.wdata),
-                     store.act_data.eq(b_r.data)]
+        a_addr = reg(cmp.act_addr, "act_a_addr")
+        m.d.comb += [a_r.addr.eq(a_addr), a_w.addr.eq(a_addr), a_w.en.eq(reg(cmp.act_we, "act_a_we", False)),
+                     a_w.data.eq(reg(cmp.act_wdata, "act_a_wdata")), cmp.act_rdata.eq(a_r.data)]
+        b_addr = reg(Mux(load.act_we, load.waddr[:p.act_bits], store.act_addr), "act_b_addr")
+        m.d.comb += [b_r.addr.eq(b_addr), b_w.addr.eq(b_addr), b_w.en.eq(reg(load.act_we, "act_b_we", False)),
+                     b_w.data.eq(reg(load.wdata, "act_b_wdata")), store.act_data.eq(b_r.data)]
 
         c_r, c_w = acc.read_port(), acc.write_port()
-        m.d.comb += [c_r.addr.eq(cmp.acc_raddr), cmp.acc_rdata.eq(c_r.data),
-                     c_w.addr.eq(cmp.acc_waddr), c_w.data.eq(cmp.acc_wdata), c_w.en.eq(cmp.acc_we)]
+        m.d.comb += [c_r.addr.eq(reg(cmp.acc_raddr, "acc_raddr")), cmp.acc_rdata.eq(c_r.data),
+                     c_w.addr.eq(reg(cmp.acc_waddr, "acc_waddr")), c_w.data.eq(reg(cmp.acc_wdata, "acc_wdata")),
+                     c_w.en.eq(reg(cmp.acc_we, "acc_we", False))]
 
         bank_bits = p.wgt_bits - 1
-        rbank = Signal()
-        m.d.sync += rbank.eq(cmp.wgt_addr[bank_bits])
+        wgt_raddr = reg(cmp.wgt_addr, "wgt_raddr")
+        wgt_waddr = reg(load.waddr[:p.wgt_bits], "wgt_waddr")
+        wgt_wdata = reg(load.wdata, "wgt_wdata")
+        wgt_we = reg(load.wgt_we, "wgt_we", False)
+        rbank = reg(wgt_raddr[bank_bits], "wgt_rbank")
         rdata = []
         for b, mem in enumerate(banks):
             r, wp = mem.read_port(), mem.write_port()
-            m.d.comb += [r.addr.eq(cmp.wgt_addr[:bank_bits]), wp.addr.eq(load.waddr[:bank_bits]),
-                         wp.data.eq(load.wdata), wp.en.eq(load.wgt_we & (load.waddr[bank_bits] == b))]
+            m.d.comb += [r.addr.eq(wgt_raddr[:bank_bits]), wp.addr.eq(wgt_waddr[:bank_bits]),
+                         wp.data.eq(wgt_wdata), wp.en.eq(wgt_we & (wgt_waddr[bank_bits] == b))]
             rdata.append(r.data)
         m.d.comb += cmp.wgt_data.eq(Mux(rbank, rdata[1], rdata[0]))
 
         pr, pw = param.read_port(), param.write_port()
-        m.d.comb += [pr.addr.eq(cmp.param_addr), cmp.param_data.eq(pr.data),
-                     pw.addr.eq(load.waddr[:p.param_bits]), pw.data.eq(load.wdata), pw.en.eq(load.param_we)]
+        m.d.comb += [pr.addr.eq(reg(cmp.param_addr, "param_raddr")), cmp.param_data.eq(pr.data),
+                     pw.addr.eq(reg(load.waddr[:p.param_bits], "param_waddr")),
+                     pw.data.eq(reg(load.wdata, "param_wdata")), pw.en.eq(reg(load.param_we, "param_we", False))]
 
         # ---- external ports ----
         m.d.comb += [self.imem_addr.eq(fetch.imem_addr), self.imem_valid.eq(fetch.imem_valid),
@@ -136,40 +151,32 @@ class Tile(wiring.Component):
 
         # ---- issue ----
         word = fetch.head_word
-        op = opcode(word)
         wait = wait_mask(word)
+        kind = {k: fetch.head_kind[i] for i, k in enumerate(KINDS)}
         idle = {isa.Wait.LOAD: ~load.busy, isa.Wait.COMPUTE: ~cmp.busy, isa.Wait.STORE: ~store.busy}
         wait_ok = 1
         for k, (flag, unit_idle) in enumerate(idle.items()):
             assert flag == 1 << k
             wait_ok = wait_ok & (~wait[k] | unit_idle)
         all_idle = idle[isa.Wait.LOAD] & idle[isa.Wait.COMPUTE] & idle[isa.Wait.STORE]
-        can = Signal()
-        with m.Switch(op):
-            with m.Case(isa.Op.LOAD):
-                m.d.comb += can.eq(~load.busy & ((field(word, isa.Op.LOAD, "mem") != isa.Mem.ACT) | ~store.busy))
-            with m.Case(isa.Op.STORE):
-                m.d.comb += can.eq(~store.busy & ~load.act_busy)
-            with m.Case(isa.Op.GEMM):
-                m.d.comb += can.eq(cmp.accept_gemm)
-            with m.Case(isa.Op.PPU, isa.Op.VEC, isa.Op.FILL):
-                m.d.comb += can.eq(~cmp.busy)
-            with m.Case(isa.Op.FINISH):
-                m.d.comb += can.eq(all_idle)
-            with m.Default():  # NOP
-                m.d.comb += can.eq(1)
+        can = (~fetch.head_kind.any()  # NOP
+               | (kind["load"] & ~load.busy & (~fetch.head_load_act | ~store.busy))
+               | (kind["store"] & ~store.busy & ~load.act_busy)
+               | (kind["gemm"] & cmp.accept_gemm)
+               | (kind["compute"] & ~cmp.busy)
+               | (kind["finish"] & all_idle))
         head = running & fetch.head_valid
         fault = head & (fetch.head_err != isa.ErrorCode.NONE)
         issue = head & ~fault & wait_ok & can
         m.d.comb += [fetch.pop.eq(issue),
-                     load.start.eq(issue & (op == isa.Op.LOAD)), load.word.eq(word),
-                     store.start.eq(issue & (op == isa.Op.STORE)), store.word.eq(word),
-                     cmp.start.eq(issue & isa_compute(op)), cmp.word.eq(word),
+                     load.start.eq(issue & kind["load"]), load.word.eq(word),
+                     store.start.eq(issue & kind["store"]), store.word.eq(word),
+                     cmp.start.eq(issue & (kind["gemm"] | kind["compute"])), cmp.word.eq(word),
                      self.dbg_issue.eq(issue), self.dbg_pc.eq(pc),
                      self.dbg_unit_busy.eq(Cat(load.busy, cmp.busy, store.busy))]
         with m.If(issue):
             m.d.sync += pc.eq(pc + 1)
-            with m.If(op == isa.Op.FINISH):
+            with m.If(kind["finish"]):
                 m.d.sync += [running.eq(0), self.done.eq(1)]
         with m.If(fault):
             m.d.sync += [running.eq(0), self.error.eq(1), self.error_code.eq(fetch.head_err),
@@ -179,10 +186,3 @@ class Tile(wiring.Component):
                          self.error_code.eq(0), self.error_pc.eq(0)]
         return m
 
-
-def isa_compute(op):
-    out = 0
-    for o, unit in isa.UNIT_OF.items():
-        if unit == isa.Unit.COMPUTE:
-            out = out | (op == o)
-    return out

@@ -290,9 +290,12 @@ def unpack_param_entry(data: bytes, n: int) -> dict:
 
 # ---- timing (docs/tile.md section 4) ---------------------------------------------------------
 #: Register stages between an instruction's imem data and its FIFO write (error checks; hw/fetch.py).
-PREDECODE_STAGES = 3
+PREDECODE_STAGES = 5
 #: Register stages of the PPU/VEC lane pipeline (hw/post.py).
-POST_PIPE_STAGES = 9
+POST_PIPE_STAGES = 11
+#: On-chip memory read latency: the address (and write data) registered, then the block RAM.
+#: A write request is performed MEM_LATENCY - 1 cycles later.
+MEM_LATENCY = 2
 
 
 @dataclass(frozen=True)
@@ -315,22 +318,24 @@ class Timing:
     LM: int                  # bus.read_latency
     FIFO_DEPTH: int          # decoder.fifo_depth
     PARAM_ENTRY_BEATS: int   # beats of one PARAM entry
-    FETCH_LATENCY: int       # Lm + 1 (data registered) + PREDECODE_STAGES
-    LOAD_OVERHEAD: int       # request register + write register
-    STORE_OVERHEAD: int      # ACT read + FIFO + posted beat
-    GEMM_SETUP: int          # the last shadow row lands one cycle after its WGT read
-    GEMM_LATENCY: int        # x register + products + log2(N) tree levels + ACC read + ACC add = log2 N + 3
-    PPU_OVERHEAD: int        # PARAM_ENTRY_BEATS reads + 1 + prep 1 + ACC read 1 + POST_PIPE_STAGES + 1
-    VEC_OVERHEAD: int        # PARAM_ENTRY_BEATS + 12: as the PPU, minus one (the last write is in the last frame)
+    FETCH_LATENCY: int       # Lm + PREDECODE_STAGES + 2 (FIFO write, head register)
+    LOAD_OVERHEAD: int       # 1 + ML: requests from issue + 1; each beat registered, then written
+    STORE_OVERHEAD: int      # 2 + ML: ACT read, FIFO, posted beat
+    GEMM_SETUP: int          # 1: the swap waits ML cycles after the first line's read, as the rows do
+    GEMM_LATENCY: int        # log2 N + 2 ML + 1: x reg, products, tree, ACC read, add, write
+    PPU_OVERHEAD: int        # PEB + 3 ML + POST_PIPE_STAGES + 1: PARAM reads, prepare, ACC reads, pipe, write
+    VEC_OVERHEAD: int        # PEB + 3 ML + POST_PIPE_STAGES: as the PPU, the last write is in the last frame
     VEC_CYCLES_PER_LINE: int  # read a, read b, write: the single compute ACT port
-    FILL_OVERHEAD: int
+    FILL_OVERHEAD: int       # ML: one write request per cycle from issue + 1, performed ML - 1 later
 
     @classmethod
     def from_target(cls, target: dict) -> Timing:
         n = target["array"]["rows"]
         lm = target["bus"]["read_latency"]
         peb = param_entry_beats(n, target["bus"]["bytes"])
+        ml = MEM_LATENCY
         return cls(N=n, LM=lm, FIFO_DEPTH=target["decoder"]["fifo_depth"], PARAM_ENTRY_BEATS=peb,
-                   FETCH_LATENCY=lm + 1 + PREDECODE_STAGES, LOAD_OVERHEAD=2, STORE_OVERHEAD=3, GEMM_SETUP=1,
-                   GEMM_LATENCY=(n.bit_length() - 1) + 3, PPU_OVERHEAD=peb + 4 + POST_PIPE_STAGES,
-                   VEC_OVERHEAD=peb + 3 + POST_PIPE_STAGES, VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=1)
+                   FETCH_LATENCY=lm + PREDECODE_STAGES + 2, LOAD_OVERHEAD=1 + ml, STORE_OVERHEAD=2 + ml,
+                   GEMM_SETUP=1, GEMM_LATENCY=(n.bit_length() - 1) + 2 * ml + 1,
+                   PPU_OVERHEAD=peb + 3 * ml + POST_PIPE_STAGES + 1, VEC_OVERHEAD=peb + 3 * ml + POST_PIPE_STAGES,
+                   VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=ml)

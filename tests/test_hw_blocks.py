@@ -61,7 +61,9 @@ def _pipe_run(n, params, tokens):
     async def bench(ctx):
         for k, v in params.items():
             ctx.set(getattr(dut, k), v)
-        for tok in tokens + [{"in_valid": 0}] * (isa.POST_PIPE_STAGES + 1):
+        # in_vec is per instruction: it stays as it was while the pipe drains
+        drain = [{"in_valid": 0, "in_vec": tokens[-1].get("in_vec", 0)}] * (isa.POST_PIPE_STAGES + 1)
+        for tok in tokens + drain:
             for k in ("in_valid", "in_vec", "in_second", "acc_in", "act_in"):
                 ctx.set(getattr(dut, k), tok.get(k, 0))
             await ctx.tick()
@@ -89,8 +91,8 @@ def test_post_pipe_requantize_matches_arith_including_ties_and_saturation():
         acc[:10] = rng.integers(-40, 40, (10, n))            # small: ties and no saturation
         acc[10] = np.iinfo(np.int32).max                      # wraps when the bias is added
         acc[11] = np.iinfo(np.int32).min
-        params = {"bias": lanes(bias, 32), "mult": lanes(mult, 32),
-                  "shift": lanes(np.clip(shift, arith.SHIFT_MIN, arith.SHIFT_MAX), 6),
+        sh = np.clip(shift, arith.SHIFT_MIN, arith.SHIFT_MAX)
+        params = {"bias": lanes(bias, 32), "mult": lanes(mult, 32), "shm1": lanes(sh - 1, 6),
                   "z_out": z, "lo": lo, "hi": hi, "op_max": 0}
         got = _pipe_run(n, params, [{"in_valid": 1, "acc_in": lanes(a, 32)} for a in acc])
         want = arith.requantize(acc + bias, mult, np.clip(shift, arith.SHIFT_MIN, arith.SHIFT_MAX), z, lo, hi)
@@ -107,7 +109,7 @@ def test_post_pipe_vec_matches_arith(op):
     b = rng.integers(-128, 128, (30, n)).astype(np.int8)
     ma, mb, s = arith.quantize_multiplier_pair(0.7, 1.3)
     za, zb, z, lo, hi = 3, -9, 4, -120, 100
-    params = {"za": za, "zb": zb, "ma": ma, "mb": mb, "shift": lanes([s] * n, 6), "z_out": z, "lo": lo, "hi": hi,
+    params = {"za": za, "zb": zb, "ma": ma, "mb": mb, "shm1": lanes([s - 1] * n, 6), "z_out": z, "lo": lo, "hi": hi,
               "op_max": int(op == "max")}
     tokens = []
     for i in range(len(a)):
@@ -172,9 +174,11 @@ class GemmHarness(Elaboratable):
         m.submodules.eng, m.submodules.act, m.submodules.wgt, m.submodules.acc = self.eng, self.act, self.wgt, self.acc
         e = self.eng
         ar, wr, cr, cw = self.act.read_port(), self.wgt.read_port(), self.acc.read_port(), self.acc.write_port()
-        m.d.comb += [ar.addr.eq(e.act_addr), e.act_data.eq(ar.data), wr.addr.eq(e.wgt_addr), e.wgt_data.eq(wr.data),
-                     cr.addr.eq(e.acc_raddr), e.acc_rdata.eq(cr.data), cw.addr.eq(e.acc_waddr),
-                     cw.data.eq(e.acc_wdata), cw.en.eq(e.acc_we)]
+        # as in the tile: memory inputs registered in front of the RAM (isa.MEM_LATENCY = 2)
+        assert isa.MEM_LATENCY == 2
+        m.d.sync += [ar.addr.eq(e.act_addr), wr.addr.eq(e.wgt_addr), cr.addr.eq(e.acc_raddr),
+                     cw.addr.eq(e.acc_waddr), cw.data.eq(e.acc_wdata), cw.en.eq(e.acc_we)]
+        m.d.comb += [e.act_data.eq(ar.data), e.wgt_data.eq(wr.data), e.acc_rdata.eq(cr.data)]
         return m
 
 

@@ -60,7 +60,7 @@ def test_timing_closed_forms_by_hand():
     t = load_target("tile8x8")
     T = isa.Timing.from_target(t)
     n, lm, fl = 8, t["bus"]["read_latency"], T.FETCH_LATENCY
-    assert fl == lm + 1 + isa.PREDECODE_STAGES
+    assert fl == lm + isa.PREDECODE_STAGES + 2
     g = dict(act=0, acc=0, n_outer=2, n_inner=5, act_so=5, act_si=1, acc_so=5, acc_si=1, reset=1)
     insns = [isa.make(Op.LOAD, mem=Mem.ACT, dram=40, sram=0, rows=2, row_beats=5, dram_stride=5, sram_stride=5),
              isa.make(Op.GEMM, Wait.LOAD, wblk=0, **g),
@@ -123,12 +123,12 @@ ACT8, PARAMS8 = T8["scratchpad"]["act_lines"], T8["scratchpad"]["param_entries"]
 
 @pytest.mark.parametrize("bad, code", [
     (isa.make(Op.FILL, addr=ACT8 - 2, count=3, value=0), E.OUT_OF_RANGE),
-    (isa.make(Op.GEMM, wblk=2 * T8["scratchpad"]["wgt_bank_blocks"], act=0, acc=0, n_outer=1, n_inner=1, act_so=0, act_si=0, acc_so=0, acc_si=0,
-              reset=0), E.OUT_OF_RANGE),
+    (isa.make(Op.GEMM, wblk=2 * T8["scratchpad"]["wgt_bank_blocks"], act=0, acc=0, n_outer=1, n_inner=1,
+              act_so=0, act_si=0, acc_so=0, acc_si=0, reset=0), E.OUT_OF_RANGE),
     (isa.make(Op.GEMM, wblk=0, act=5, acc=0, n_outer=3, n_inner=1, act_so=-3, act_si=0, acc_so=0, acc_si=0,
               reset=0), E.OUT_OF_RANGE),                  # act + 2 * (-3) < 0
-    (isa.make(Op.PPU, acc=T8["scratchpad"]["acc_lines"] - 1, out=0, n_outer=1, n_inner=2, acc_so=0, acc_si=1, out_so=0, out_si=1, param=0),
-     E.OUT_OF_RANGE),
+    (isa.make(Op.PPU, acc=T8["scratchpad"]["acc_lines"] - 1, out=0, n_outer=1, n_inner=2, acc_so=0, acc_si=1,
+              out_so=0, out_si=1, param=0), E.OUT_OF_RANGE),
     (isa.make(Op.VEC, op=1, a=0, b=0, out=0, n_outer=1, n_inner=1, in_so=0, in_si=0, out_so=0, out_si=0,
               param=PARAMS8), E.OUT_OF_RANGE),
     (isa.make(Op.LOAD, mem=3, dram=0, sram=0, rows=1, row_beats=1, dram_stride=0, sram_stride=0), E.BAD_FIELD),
