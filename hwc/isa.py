@@ -5,7 +5,7 @@ the disassembler all import this module; nothing else knows bit positions. Behav
 timing are specified in docs/tile.md.
 
 An instruction is 128 bits, little-endian (16 bytes in program.bin). Bits [3:0] are the
-opcode, bits [6:4] the wait mask (LOAD, COMPUTE, STORE idle), bit 7 reserved (0); the
+opcode, bits [7:4] the wait mask (LOAD, COMPUTE, STORE, POST idle); the
 opcode's fields follow from bit 8 upward in the order listed in FORMATS.
 """
 
@@ -18,7 +18,7 @@ INSN_BITS = 128
 INSN_BYTES = INSN_BITS // 8
 HEADER_BITS = 8
 OPCODE_LSB, OPCODE_BITS = 0, 4  # bits [3:0]
-WAIT_LSB, WAIT_BITS = 4, 3      # bits [6:4]: LOAD, COMPUTE, STORE idle
+WAIT_LSB, WAIT_BITS = 4, 4      # bits [7:4]: LOAD, COMPUTE, STORE, POST idle (POST: targets with features.post_unit)
 
 
 class Op(enum.IntEnum):
@@ -39,7 +39,8 @@ class Wait(enum.IntFlag):
     LOAD = 1
     COMPUTE = 2
     STORE = 4
-    ALL = 7
+    POST = 8     # the post-processing unit (PPU, VEC, FILL) of targets with features.post_unit
+    ALL = 15
 
 
 class Mem(enum.IntEnum):
@@ -84,6 +85,7 @@ class Field:
     width: int
     signed: bool = False
     doc: str = ""
+    default: int | None = None   # fields added later (v2) default to their v1 meaning
 
     @property
     def lo_val(self) -> int:
@@ -94,8 +96,8 @@ class Field:
         return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
 
 
-def F(name, width, doc="", signed=False) -> Field:
-    return Field(name, width, signed, doc)
+def F(name, width, doc="", signed=False, default=None) -> Field:
+    return Field(name, width, signed, doc, default)
 
 
 #: Field layout of every opcode, from bit 8 upward.
@@ -130,6 +132,9 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
         F("acc_so", 14, "ACC stride of the outer loop"),
         F("acc_si", 4, "ACC stride of the inner loop"),
         F("reset", 1, "1: acc = W@x (start a sum); 0: acc += W@x"),
+        F("dw", 1, "depthwise mode (features.depthwise): PE (r, c) takes lane r of the line streamed c earlier",
+          default=0),
+        F("skip", 3, "depthwise mode: the first `skip` lines of every inner loop write no accumulator", default=0),
     ),
     Op.PPU: (
         F("acc", 16, "ACC line of the first input"),
@@ -208,6 +213,7 @@ class Insn:
 def make(op: Op, wait: Wait = Wait.NONE, /, **values: int) -> Insn:
     """Build an instruction, checking every field is present and fits its width."""
     layout = LAYOUT[op]
+    values = {**{k: f.default for k, (_, f) in layout.items() if f.default is not None}, **values}
     missing = [k for k in layout if k not in values]
     extra = [k for k in values if k not in layout]
     if missing or extra:

@@ -31,7 +31,8 @@ from hwc.quant import arith
 
 Op, Mem, E = isa.Op, isa.Mem, isa.ErrorCode
 EXT_BEATS = 1 << isa.LAYOUT[Op.LOAD]["dram"][1].width
-_W_LOAD, _W_COMPUTE, _W_STORE = int(isa.Wait.LOAD), int(isa.Wait.COMPUTE), int(isa.Wait.STORE)
+_W_LOAD, _W_COMPUTE, _W_STORE, _W_POST = (int(isa.Wait.LOAD), int(isa.Wait.COMPUTE), int(isa.Wait.STORE),
+                                          int(isa.Wait.POST))
 
 
 class ModelError(ValueError):
@@ -140,6 +141,9 @@ class TileModel:
         self.wgt_rows = self.wgt_blocks * self.n
         self.param_entries = sp["param_entries"]
         self.param_beats = self.param_entries * self.t.PARAM_ENTRY_BEATS
+        feats = target.get("features", {})
+        self.post_unit = bool(feats.get("post_unit"))    # docs/tile-v2.md: PPU/VEC/FILL in their own unit
+        self.depthwise = bool(feats.get("depthwise"))    # docs/tile-v2.md: GEMM.dw
         self.reset()
 
     def reset(self) -> None:
@@ -158,7 +162,10 @@ class TileModel:
             counts, bad = (f["rows"], f["row_beats"]), f["mem"] > max(Mem)
         elif op == Op.STORE:
             counts, bad = (f["rows"], f["row_beats"]), False
-        elif op in (Op.GEMM, Op.PPU):
+        elif op == Op.GEMM:
+            counts = (f["n_outer"], f["n_inner"])
+            bad = bool(f["dw"] and (not self.depthwise or f["skip"] >= f["n_inner"])) or bool(f["skip"] and not f["dw"])
+        elif op == Op.PPU:
             counts, bad = (f["n_outer"], f["n_inner"]), False
         elif op == Op.VEC:
             counts, bad = (f["n_outer"], f["n_inner"]), f["op"] > max(isa.VecOp)
@@ -180,7 +187,7 @@ class TileModel:
         no, ni = f.get("n_outer"), f.get("n_inner")
         if op == Op.GEMM:
             return [(f["act"], no, f["act_so"], ni, f["act_si"], self.act_lines),
-                    (f["acc"], no, f["acc_so"], ni, f["acc_si"], self.acc_lines)]
+                    (f["acc"], no, f["acc_so"], ni - f["skip"], f["acc_si"], self.acc_lines)]
         if op == Op.PPU:
             return [(f["acc"], no, f["acc_so"], ni, f["acc_si"], self.acc_lines),
                     (f["out"], no, f["out_so"], ni, f["out_si"], self.act_lines)]
@@ -216,7 +223,9 @@ class TileModel:
         ends: list[int] = []
         ops: list[int] = []
         busy = {"load": _Busy(), "compute": _Busy(), "store": _Busy()}
-        load_end = store_end = act_load_end = cmp_end = gemm_accept = stream_end = 0
+        if self.post_unit:
+            busy["post"] = _Busy()
+        load_end = store_end = act_load_end = cmp_end = gemm_accept = stream_end = post_end = 0
         res = dict(done=False, error=E.NONE, error_pc=None, cycles=0)
         stats = dict(bytes_loaded=0, bytes_stored=0, macs=0)
         depth, n = t.FIFO_DEPTH, self.n
@@ -248,9 +257,13 @@ class TileModel:
                 ti = max(ti, cmp_end)
             if wait & _W_STORE:
                 ti = max(ti, store_end)
+            if wait & _W_POST and self.post_unit:
+                ti = max(ti, post_end)
             start = ti
             if op == Op.LOAD:
                 ti = max(ti, load_end, store_end if f["mem"] == Mem.ACT else 0)
+                if self.post_unit and f["mem"] == Mem.ACT:
+                    ti = max(ti, post_end)  # POST shares the ACT port with DMA
                 total = f["rows"] * f["row_beats"]
                 start, end = ti, ti + t.LOAD_OVERHEAD + t.LM + total
                 load_end = end
@@ -260,7 +273,7 @@ class TileModel:
                 self._load(f, beats)
                 stats["bytes_loaded"] += total * self.beat
             elif op == Op.STORE:
-                ti = max(ti, store_end, act_load_end)
+                ti = max(ti, store_end, act_load_end, post_end)
                 total = f["rows"] * f["row_beats"]
                 start, end = ti, ti + t.STORE_OVERHEAD + total
                 store_end = end
@@ -279,7 +292,7 @@ class TileModel:
                 self._gemm(f)
                 stats["macs"] += p * n * n
             elif op in (Op.PPU, Op.VEC, Op.FILL):
-                ti = max(ti, cmp_end)
+                ti = max(ti, post_end, act_load_end, store_end) if self.post_unit else max(ti, cmp_end)
                 if op == Op.PPU:
                     end = ti + t.PPU_OVERHEAD + f["n_outer"] * f["n_inner"]
                     self._ppu(f)
@@ -290,10 +303,14 @@ class TileModel:
                     end = ti + t.FILL_OVERHEAD + f["count"]
                     self.act[f["addr"]:f["addr"] + f["count"]] = np.int8(np.uint8(f["value"]).view(np.int8))
                 start = ti
-                cmp_end = gemm_accept = end
-                busy["compute"].add(ti + 1, end)
+                if self.post_unit:
+                    post_end = end
+                    busy["post"].add(ti + 1, end)
+                else:
+                    cmp_end = gemm_accept = end
+                    busy["compute"].add(ti + 1, end)
             elif op == Op.FINISH:
-                ti = max(ti, load_end, cmp_end, store_end)
+                ti = max(ti, load_end, cmp_end, store_end, post_end)
                 start = end = ti
             else:  # NOP
                 end = ti
@@ -336,14 +353,28 @@ class TileModel:
         n = self.n
         w = self.wgt[f["wblk"] * n:(f["wblk"] + 1) * n].astype(np.float64)
         x = self.act[_grid(f["act"], f["n_outer"], f["act_so"], f["n_inner"], f["act_si"])].astype(np.float64)
-        dot = (x @ w.T).astype(np.int32)  # exact: |dot| <= N * 2**14 < 2**53
-        idx = _grid(f["acc"], f["n_outer"], f["acc_so"], f["n_inner"], f["acc_si"])
+        if f["dw"]:
+            dot = self._depthwise(w, x, f)
+        else:
+            dot = (x @ w.T).astype(np.int32)  # exact: |dot| <= N * 2**14 < 2**53
+        idx = _grid(f["acc"], f["n_outer"], f["acc_so"], f["n_inner"] - f["skip"], f["acc_si"])
         if f["reset"]:
             _scatter(self.acc, idx, dot)
         elif _last_wins(idx) is None:
             self.acc[idx] += dot  # int32 wraps, as the 32-bit adder
         else:
             np.add.at(self.acc, idx, dot)
+
+    def _depthwise(self, w: np.ndarray, x: np.ndarray, f: dict) -> np.ndarray:
+        """GEMM.dw: row r of line j sums W[r][c] * lane r of line j - c of the same inner loop
+        (lines before the loop's start read as zero); lines j < skip are not written."""
+        no, ni, n = f["n_outer"], f["n_inner"], self.n
+        x = x.reshape(no, ni, n)
+        out = np.zeros((no, ni, n))
+        for c in range(min(n, ni)):
+            if w[:, c].any():
+                out[:, c:] += x[:, :ni - c] * w[:, c]
+        return out[:, f["skip"]:].reshape(-1, n).astype(np.int32)
 
     def _entry(self, e: int) -> dict:
         peb = self.t.PARAM_ENTRY_BEATS

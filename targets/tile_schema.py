@@ -24,6 +24,9 @@ SCHEMA: dict[str, Any] = {
     "clock_mhz": ((int, float), True),
     "fpga": {"device": (str, False), "package": (str, False)},
     "energy_pj": (dict, False),
+    # Tile v2 (docs/tile-v2.md): post-processing in its own unit, concurrent with the array;
+    # the array's depthwise mode. Absent means false (the v1 tile of docs/tile.md).
+    "features": {"post_unit": (bool, False), "depthwise": (bool, False)},
 }
 
 #: Largest value of each size the ISA's fields can address (hwc/isa.py).
@@ -55,7 +58,7 @@ def _check(doc: dict, schema: dict, where: str, path: str) -> None:
                 raise TargetError(f"Target {where}: missing key {path}{key!r}.")
             continue
         v = doc[key]
-        if isinstance(v, bool) or not isinstance(v, typ):
+        if (isinstance(v, bool) and typ is not bool) or not isinstance(v, typ):
             tname = typ.__name__ if isinstance(typ, type) else "number"
             raise TargetError(f"Target {where}: {path}{key!r} must be {tname}, not {v!r}.")
 
@@ -110,6 +113,7 @@ def validate_tile(doc: dict, where: str) -> dict:
 
         energy_table({**doc, "name": where})  # raises TargetError on a bad entry
     out = dict(doc)
+    out["features"] = {"post_unit": False, "depthwise": False, **doc.get("features", {})}
     out["derived"] = {
         "config_name": f"{rows}x{cols}_i8w8a32_act{sp['act_lines']}_acc{sp['acc_lines']}"
                        f"_wgt{sp['wgt_bank_blocks']}x2_bus{bus['bytes'] * 8}",

@@ -37,11 +37,34 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
             im2col_first_layer(plan, n, target["scratchpad"]["act_lines"])
         if stack:
             space_to_depth(plan, n)
-        prog = Codegen(plan, target, double_buffer=double_buffer, dram_base=base).run()
+        plan, prog = _best_program(plan, target, double_buffer, base)
         out.append((plan, prog))
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
         base = -(-end // 64) * 64
     return out
+
+
+def _best_program(plan: TilePlan, target: dict, double_buffer: bool, base: int) -> tuple[TilePlan, TileProgram]:
+    """Generate the segment's program; with a post-processing unit, try the pixel-tiling policies and
+    keep the one the cycle model finds fastest (the model runs a program in a fraction of a second)."""
+    if not target.get("features", {}).get("post_unit"):
+        return plan, Codegen(plan, target, double_buffer=double_buffer, dram_base=base).run()
+    import copy
+
+    from hwc.sim.model import TileModel
+
+    best = None
+    for policy in ("cost", "quarter", "max"):
+        p = copy.deepcopy(plan)
+        prog = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy).run()
+        program = isa.to_bytes(prog.program)
+        po = host.program_offset(prog.dram_bytes)
+        mem = bytearray(po + len(program))
+        mem[base:base + len(prog.dram)] = prog.dram
+        cycles = TileModel(target).run(program, mem, po // isa.INSN_BYTES).cycles
+        if best is None or cycles < best[0]:
+            best = (cycles, p, prog)
+    return best[1], best[2]
 
 
 def tile_io(plan: TilePlan, prog: TileProgram) -> dict:

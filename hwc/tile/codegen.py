@@ -42,6 +42,7 @@ class Emitted:
     insn_args: tuple
     needs: frozenset = frozenset()
     layer: int = -1
+    wait: Wait = Wait.NONE     # explicit waits (hazards on units other than LOAD)
 
 
 @dataclass
@@ -76,7 +77,15 @@ class TileProgram:
 
 
 class Codegen:
-    def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0):
+    def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0,
+                 tiling: str = "cost"):
+        feats = target.get("features", {})
+        self.post_unit = bool(feats.get("post_unit"))   # v2: PPU/VEC/FILL overlap the array
+        self.depthwise = bool(feats.get("depthwise"))   # v2: GEMM.dw
+        self.tiling = tiling          # v2 pixel-tile policy: "cost" (model), "quarter" or "max"
+        self._halo_pending = None     # v2: output halo FILLs wait for the layer's first PPU
+        self._post_writes = None      # v2: lines the last POST instruction writes (None: nothing pending)
+        self._acc_half = 0
         self.plan = plan
         self.dram_base = dram_base  # byte address of this program's data in external memory (beat aligned)
         self.double_buffer = double_buffer
@@ -135,8 +144,29 @@ class Codegen:
         self.groups.append(g)
         return g
 
-    def compute(self, g: Group, opcode: Op, needs=(), **fields) -> None:
-        g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer))
+    def compute(self, g: Group, opcode: Op, needs=(), wait: Wait = Wait.NONE, region=None, **fields) -> None:
+        """Append a compute instruction. `region` = (tensor, channel block or None for all, first row,
+        end row) of the ACT lines a POST instruction writes, or a GEMM reads (v2 hazard tracking)."""
+        if self.post_unit:
+            # v2 hazards (docs/tile-v2.md): a PPU reads accumulators GEMMs write, a FILL may overwrite
+            # lines in-flight GEMMs still read: both wait for COMPUTE. A GEMM waits for POST only when it
+            # reads lines the last POST instruction writes: that one is the only POST work possibly in
+            # flight (when a POST instruction issues, every earlier one has finished).
+            if opcode in (Op.PPU, Op.FILL):
+                wait |= Wait.COMPUTE
+            if opcode == Op.GEMM and _overlaps(region, self._post_writes):
+                wait |= Wait.POST
+            if wait & Wait.POST:
+                self._post_writes = None
+            if opcode in (Op.PPU, Op.VEC, Op.FILL):
+                self._post_writes = region if region is not None else ("*", None, -1 << 30, 1 << 30)
+            if opcode == Op.PPU and self._halo_pending is not None:
+                pending, self._halo_pending = self._halo_pending, None
+                g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait))
+                for t in pending:  # the layer's output halos, once its first PPU has drained GEMMs
+                    self.fill_halo(g, t)
+                return
+        g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait))
         lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
         g.est += {Op.GEMM: max(lines, self.n + 2), Op.PPU: lines + 20, Op.VEC: 3 * lines + 15}.get(opcode, lines + 2)
 
@@ -165,6 +195,21 @@ class Codegen:
                             t.fill = t.zp
 
     # ---- 2. ACT memory plan ---------------------------------------------------------------
+    def _fusable_adds(self) -> dict[int, AddLayer]:
+        """v2: conv layer index -> the residual add right after it that reads its output: the add runs
+        tile by tile after each PPU (on POST, overlapping the conv's next GEMMs) instead of after the layer."""
+        out = {}
+        layers = self.plan.layers
+        for i in range(len(layers) - 1):
+            conv, add = layers[i], layers[i + 1]
+            if not (isinstance(conv, ConvLayer) and isinstance(add, AddLayer) and conv.dst in (add.a, add.b)):
+                continue
+            other = add.b if conv.dst == add.a else add.a
+            if other == conv.dst or self.tensor(conv.dst).s2d != self.tensor(add.dst).s2d:
+                continue
+            out[i] = add
+        return out
+
     def plan_act(self) -> dict:
         first: dict[str, int] = {}
         last: dict[str, int] = {}
@@ -177,6 +222,10 @@ class Codegen:
                 last[name] = max(last.get(name, i), i)
             first.setdefault(layer.dst, i)
             last[layer.dst] = max(last.get(layer.dst, i), i)
+        for i, add in self.fused_adds.items():  # a fused add writes its output during the conv (step i)
+            first[add.dst] = min(first[add.dst], i)
+            for name in _reads(add):
+                first[name] = min(first.get(name, i), i)
         for name in self.plan.outputs:
             last[name] = steps
         ivs = [Interval(n, self.tensor(n).lines, first[n], last[n]) for n in first]
@@ -215,7 +264,8 @@ class Codegen:
             runs.append((t.line(cb, t.h - 1, t.w), pr + pb * t.wp))
             for addr, count in runs:
                 if count:
-                    self.compute(g, Op.FILL, addr=addr, count=count, value=v)
+                    self.compute(g, Op.FILL, region=(t.name, cb, -1 << 30, 1 << 30), addr=addr, count=count,
+                                 value=v)
 
     def emit_conv(self, layer: ConvLayer, loads: dict) -> None:
         n = self.n
@@ -225,41 +275,115 @@ class Codegen:
         dh, dw = layer.dilations
         pt, pl, _, _ = layer.pads
         ho, wo = dst.h, dst.w
-        if wo > self.acc_lines:
-            raise UnsupportedError(f"layer {layer.name!r}: an output row of {wo} pixels does not fit the "
-                                   f"{self.acc_lines} accumulator lines", [layer.name])
-        rows_per_tile = max(1, min(ho, self.acc_lines // wo))
+        acc_cap = self.acc_lines // 2 if self.post_unit else self.acc_lines  # v2: two halves, ping-pong
+        if wo > acc_cap:
+            raise UnsupportedError(f"layer {layer.name!r}: an output row of {wo} pixels does not fit "
+                                   f"{acc_cap} accumulator lines", [layer.name])
+        rows_per_tile = max(1, min(ho, acc_cap // wo))
+        if self.post_unit and self.tiling == "cost":
+            rows_per_tile = self._tile_rows(layer, ho, wo, rows_per_tile)
+        elif self.post_unit and self.tiling == "quarter":
+            rows_per_tile = min(rows_per_tile, max(-(-ho // 4), -(-8 * n // wo)))
         cbo, cbi = -(-m // n), -(-c // n)
         wpad = np.zeros((cbo * n, cbi * n, kh, kw), np.int8)
         wpad[:m, :c] = layer.weight
         needs_in = loads.get(layer.src, ())
+        dw_mode = (self.depthwise and layer.group == c == m and kw > 1 and src.s2d == dst.s2d == 1)
         for cob in range(cbo):
-            taps = []
-            for ky in range(kh):
-                for kx in range(kw):
-                    for cib in range(cbi):
-                        blk = wpad[cob * n:(cob + 1) * n, cib * n:(cib + 1) * n, ky, kx]
-                        if blk.any():
-                            taps.append((ky, kx, cib, np.ascontiguousarray(blk).tobytes()))
+            # a tap: (ky, first input column, input block, weight block, dw, skip, column step)
+            taps = self._dw_taps(layer, wpad, cob) if dw_mode else None
+            if taps is None:
+                taps = []
+                for ky in range(kh):
+                    for kx in range(kw):
+                        for cib in range(cbi):
+                            blk = wpad[cob * n:(cob + 1) * n, cib * n:(cib + 1) * n, ky, kx]
+                            if blk.any():
+                                taps.append((ky, kx * dw - pl, cib, np.ascontiguousarray(blk).tobytes(), 0, 0, sw))
             if not taps:  # all-zero weights: one zero block still resets the accumulators
-                taps = [(0, 0, 0, bytes(n * n))]
+                taps = [(0, 0, 0, bytes(n * n), 0, 0, sw)]
+            # v2: when a layer starts, POST may still be writing the input's last channel block (its
+            # producer's last PPU or VEC): taps reading it go last, so the others overlap that work.
+            taps.sort(key=lambda t: t[2] == cbi - 1)
             lanes = slice(cob * n, min(m, (cob + 1) * n))
             entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out, layer.lo,
                                layer.hi)
             chunks = [taps[i:i + self.bank_blocks] for i in range(0, len(taps), self.bank_blocks)]
             tiles = [(oy0, min(rows_per_tile, ho - oy0)) for oy0 in range(0, ho, rows_per_tile)]
             g = self.weighted([t[3] for t in chunks[0]]) if len(chunks) == 1 else None
+            acc = self._acc_base()
             for oy0, rows in tiles:
                 for ci, chunk in enumerate(chunks):
                     if len(chunks) > 1:  # the cob's weights exceed a bank: reload them per pixel tile
                         g = self.weighted([t[3] for t in chunk])
-                    for k, (ky, kx, cib, data) in enumerate(chunk):
-                        self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data),
-                                     act=src.line(cib, oy0 * sh + ky * dh - pt, kx * dw - pl),
-                                     acc=0, n_outer=rows, n_inner=wo, act_so=sh * src.wp, act_si=sw,
-                                     acc_so=wo, acc_si=1, reset=int(ci == 0 and k == 0))
-                self.compute(g, Op.PPU, acc=0, out=dst.line(cob, oy0, 0), n_outer=rows, n_inner=wo,
-                             acc_so=wo, acc_si=1, out_so=dst.wp, out_si=1, param=entry)
+                    for k, (ky, x0, cib, data, dwf, skip, si) in enumerate(chunk):
+                        y0 = oy0 * sh + ky * dh - pt
+                        self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, cib, y0, y0 + (rows - 1) * sh + 1),
+                                     wblk=g.block(data),
+                                     act=src.line(cib, oy0 * sh + ky * dh - pt, x0),
+                                     acc=acc, n_outer=rows, n_inner=wo + skip, act_so=sh * src.wp, act_si=si,
+                                     acc_so=wo, acc_si=1, reset=int(ci == 0 and k == 0), dw=dwf, skip=skip)
+                self.compute(g, Op.PPU, region=(dst.name, cob, oy0, oy0 + rows), acc=acc, out=dst.line(cob, oy0, 0),
+                             n_outer=rows, n_inner=wo, acc_so=wo, acc_si=1, out_so=dst.wp, out_si=1, param=entry)
+                if self.layer in self.fused_adds:
+                    self.emit_add(self.fused_adds[self.layer], loads, cbs=[cob], rows=(oy0, rows))
+                acc = self._next_acc()
+
+    def _tile_rows(self, layer: ConvLayer, ho: int, wo: int, most: int) -> int:
+        """v2: output rows per pixel tile. More tiles let a tile's PPU (and fused add) overlap the next
+        tile's GEMMs, but cost a weight preload per GEMM when tiles are short: pick the cheapest by a
+        small cost model (GEMM cycles vs the post-processing left exposed after the last tile)."""
+        n = self.n
+        m, c, kh, kw = layer.weight.shape
+        cbo = -(-m // n)
+        taps = kh * max(1, kw if layer.group == 1 else 1) * (1 if layer.group > 1 else -(-c // n))
+        fused = self.layer in self.fused_adds
+        best = None
+        for r in sorted({most, *(max(1, -(-ho // k)) for k in (2, 4, 8, 16))}):
+            if r > most:
+                continue
+            tiles = -(-ho // r)
+            p = r * wo
+            gemm_tile = taps * max(p, n + 2)
+            post_tile = p + 20 + (3 * p + 15 if fused else 0)
+            cost = cbo * tiles * max(gemm_tile, post_tile) + post_tile
+            if best is None or cost < best[0]:
+                best = (cost, r)
+        return best[1]
+
+    def _acc_base(self) -> int:
+        return self._acc_half * (self.acc_lines // 2) if self.post_unit else 0
+
+    def _next_acc(self) -> int:
+        """v2: consecutive pixel tiles alternate accumulator halves (the PPU drains one while GEMMs fill the other)."""
+        self._acc_half ^= 1
+        return self._acc_base()
+
+    def _dw_taps(self, layer: ConvLayer, wpad: np.ndarray, cob: int):
+        """Depthwise-mode taps (docs/tile-v2.md): per kernel row and column phase of the stride, one GEMM
+        whose weight column c multiplies the line streamed c earlier: taps kx of phase a at offsets
+        d = (kx*dx - pl - a) / sx land in column dmax - d. None when the kernel does not fit the mode."""
+        n = self.n
+        _, _, kh, kw = wpad.shape
+        sx, dx, pl = layer.strides[1], layer.dilations[1], layer.pads[1]
+        taps = []
+        for ky in range(kh):
+            for a in range(sx):
+                kxs = [kx for kx in range(kw) if (kx * dx - pl - a) % sx == 0]
+                if not kxs:
+                    continue
+                d = {kx: (kx * dx - pl - a) // sx for kx in kxs}
+                dmin, dmax = min(d.values()), max(d.values())
+                skip = dmax - dmin
+                if skip > 7 or skip >= n:
+                    return None
+                blk = np.zeros((n, n), np.int8)
+                for kx in kxs:
+                    for r in range(n):
+                        blk[r, dmax - d[kx]] = wpad[cob * n + r, cob * n + r, ky, kx]
+                if blk.any():
+                    taps.append((ky, sx * dmin + a, cob, blk.tobytes(), 1, skip, sx))
+        return taps
 
     def emit_gap(self, layer: GapLayer, loads: dict) -> None:
         """Global average: every pixel of every input block accumulated into one ACC line per output
@@ -283,30 +407,36 @@ class Codegen:
         zero_b = bytes(n * n)
         g = self.weighted([zero_b, *blocks.values()])
         needs_in = loads.get(layer.src, ())
+        acc = self._acc_base()
         for ob in range(dst.cb):
-            self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(zero_b), act=src.line(0, 0, 0), acc=ob, n_outer=1,
+            self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, None, 0, src.h),
+                         wblk=g.block(zero_b), act=src.line(0, 0, 0), acc=acc + ob, n_outer=1,
                          n_inner=1, act_so=0, act_si=0, acc_so=0, acc_si=0, reset=1)
             for ib in range(src.cb):
                 if (ob, ib) in blocks:
-                    self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(blocks[ob, ib]), act=src.line(ib, 0, 0),
-                                 acc=ob, n_outer=src.h, n_inner=src.w, act_so=src.wp, act_si=1, acc_so=0, acc_si=0,
-                                 reset=0)
+                    self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, ib, 0, src.h),
+                                 wblk=g.block(blocks[ob, ib]), act=src.line(ib, 0, 0),
+                                 acc=acc + ob, n_outer=src.h, n_inner=src.w, act_so=src.wp, act_si=1, acc_so=0,
+                                 acc_si=0, reset=0)
         entry = self.param(np.full(n, layer.bias), np.full(n, layer.mult), np.full(n, layer.shift), layer.z_out,
                            layer.lo, layer.hi)
-        self.compute(g, Op.PPU, acc=0, out=dst.line(0, 0, 0), n_outer=1, n_inner=dst.cb, acc_so=0, acc_si=1,
-                     out_so=0, out_si=dst.hp * dst.wp, param=entry)
+        self.compute(g, Op.PPU, region=(dst.name, None, 0, 1), acc=acc, out=dst.line(0, 0, 0), n_outer=1,
+                     n_inner=dst.cb, acc_so=0, acc_si=1, out_so=0, out_si=dst.hp * dst.wp, param=entry)
+        self._next_acc()
 
-    def emit_add(self, layer: AddLayer, loads: dict) -> None:
+    def emit_add(self, layer: AddLayer, loads: dict, cbs=None, rows=None) -> None:
+        """Residual add on VEC: every channel block, all rows (or the given blocks and rows: fused)."""
         a, b, o = self.tensor(layer.a), self.tensor(layer.b), self.tensor(layer.dst)
         at = layer.attrs
         entry = self.param([at["z_a"], at["z_b"]], [at["mult_a"], at["mult_b"]], [at["shift"]], at["z_out"],
                            at["lo"], at["hi"])
         g = self.last()
         needs = tuple(loads.get(layer.a, ())) + tuple(loads.get(layer.b, ()))
-        for cb in range(a.cb):
-            self.compute(g, Op.VEC, needs=needs, op=int(VecOp.ADD), a=a.line(cb, 0, 0), b=b.line(cb, 0, 0),
-                         out=o.line(cb, 0, 0), n_outer=a.h, n_inner=a.w, in_so=a.wp, in_si=1, out_so=o.wp,
-                         out_si=1, param=entry)
+        y0, nrows = rows if rows is not None else (0, a.h)
+        for cb in (cbs if cbs is not None else range(a.cb)):
+            self.compute(g, Op.VEC, needs=needs, region=(o.name, cb, y0, y0 + nrows), op=int(VecOp.ADD),
+                         a=a.line(cb, y0, 0), b=b.line(cb, y0, 0), out=o.line(cb, y0, 0), n_outer=nrows,
+                         n_inner=a.w, in_so=a.wp, in_si=1, out_so=o.wp, out_si=1, param=entry)
 
     def emit_maxpool(self, layer: MaxPoolLayer, loads: dict, temps: dict) -> None:
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
@@ -360,6 +490,7 @@ class Codegen:
                     self.temps.append((t, i))
                     pair.append(t)
                 temps[layer.name] = tuple(pair)
+        self.fused_adds = self._fusable_adds() if self.post_unit else {}
         act = self.plan_act()
         # input loads are LOAD ids 1.. (0 = params)
         loads = {name: (1 + k,) for k, name in enumerate(plan.inputs)}
@@ -369,13 +500,19 @@ class Codegen:
         for i, layer in enumerate(plan.layers):
             self.layer = i
             start_group = len(self.groups)
-            self.fill_halo(self.last(), self.tensor(layer.dst))
+            if self.post_unit and isinstance(layer, (ConvLayer, GapLayer)):
+                self._halo_pending = [self.tensor(layer.dst)]
+                if i in self.fused_adds:
+                    self._halo_pending.append(self.tensor(self.fused_adds[i].dst))
+            elif not (isinstance(layer, AddLayer) and (i - 1) in self.fused_adds):
+                self.fill_halo(self.last(), self.tensor(layer.dst))
             if isinstance(layer, ConvLayer):
                 self.emit_conv(layer, loads)
             elif isinstance(layer, GapLayer):
                 self.emit_gap(layer, loads)
             elif isinstance(layer, AddLayer):
-                self.emit_add(layer, loads)
+                if (i - 1) not in self.fused_adds:
+                    self.emit_add(layer, loads)
             elif isinstance(layer, MaxPoolLayer):
                 self.emit_maxpool(layer, loads, temps)
             layer_records.append({"name": layer.name, "op": layer.op, "macs": layer.macs,
@@ -466,12 +603,13 @@ class Codegen:
                 fields = dict(fields)
                 if op == Op.GEMM and is_w:
                     fields["wblk"] += g.bank * self.bank_blocks
-                wait = Wait.LOAD if last_load[0] in needs else Wait.NONE
+                wait = (Wait.LOAD if last_load[0] in needs else Wait.NONE) | e.wait
                 emit(op, wait, e.layer, **fields)
         for k, name in enumerate(plan.outputs):
             t = self.tensor(name)
             for cb in range(t.cb):
-                emit(Op.STORE, Wait.COMPUTE if (k == 0 and cb == 0) else Wait.NONE,
+                first_wait = Wait.COMPUTE | (Wait.POST if self.post_unit else Wait.NONE)
+                emit(Op.STORE, first_wait if (k == 0 and cb == 0) else Wait.NONE,
                      dram=(outputs[name] // beat) + cb * t.h * t.w, sram=t.line(cb, 0, 0), rows=t.h, row_beats=t.w,
                      dram_stride=t.w, sram_stride=t.wp)
         emit(Op.FINISH, Wait.ALL)
@@ -490,3 +628,17 @@ def _reads(layer) -> list[str]:
 
 def _align(x: int, a: int) -> int:
     return -(-x // a) * a
+
+
+def _overlaps(read, written) -> bool:
+    """Whether a GEMM's read region meets the last POST instruction's write region (both
+    (tensor, channel block or None, first row, end row); an unknown write region meets everything)."""
+    if read is None or written is None:
+        return written is not None
+    if written[0] == "*":
+        return True
+    if read[0] != written[0]:
+        return False
+    if read[1] is not None and written[1] is not None and read[1] != written[1]:
+        return False
+    return read[2] < written[3] and written[2] < read[3]

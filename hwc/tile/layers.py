@@ -97,6 +97,7 @@ class ConvLayer:
     dilations: tuple[int, int]
     macs: int                 # the model's MACs for this layer (0 for pooling/requant helpers)
     op: str = "QConv"
+    group: int = 1            # the QConv's groups (weight is dense; group == C == M is depthwise)
 
 
 @dataclass(eq=False)
@@ -333,7 +334,7 @@ def _layer(plan: TilePlan, n: Node, src, alias, n_lanes: int) -> Layer:
         folded = bias - z_in * wd.astype(np.int64).reshape(wd.shape[0], -1).sum(axis=1)
         out = _tensor(plan, n.outputs[0], n_lanes)
         return ConvLayer(n.name, s, out.name, wd, _i32(folded, n), mult, shift, a["z_out"], a["lo"], a["hi"],
-                         strides, pads, dil, macs, n.op)
+                         strides, pads, dil, macs, n.op, a.get("group", 1))
     if n.op == "QAvgPool" and not any(a["pads"]) and tuple(a["kernel_shape"]) == g.type(n.inputs[0]).shape[2:]:
         # a window over the whole input is a global average: one accumulator line per channel block
         s = src(n.inputs[0])

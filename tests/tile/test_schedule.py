@@ -3,17 +3,20 @@ int8 reference interpreter's exactly (hypothesis draws odd sizes, strides, pads,
 
 import numpy as np
 import pytest
-from hwc.targets import load_target
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from qgraphs import QBuilder
 
 from hwc.errors import TargetError, UnsupportedError
 from hwc.ir import verify
 from hwc.ref.interp import run_graph
+from hwc.targets import load_target
 from hwc.tile.build import build_tile
 
 TARGETS = {name: load_target(name) for name in ("tile8x8", "tile32x32")}
+# v2 (docs/tile-v2.md): the post-processing unit and the depthwise mode, checked in the model
+for _name in ("tile8x8", "tile32x32"):
+    TARGETS[f"{_name}-v2"] = dict(TARGETS[_name], features={"post_unit": True, "depthwise": True})
 
 
 def check_exact(g, target, seed=0, im2col=True):
@@ -199,3 +202,30 @@ def test_host_fallback_between_tile_segments(target):
     starts = [layer["start"] for layer in rep["layers"]]
     assert starts == sorted(starts) and rep["layers"][-1]["end"] <= rep["cycles"]
     assert art.last_run["segments"] == 3 and art.last_run["cycles"] == rep["cycles"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 20), st.integers(3, 12), st.integers(3, 12), st.sampled_from([1, 2]), st.sampled_from([2, 3, 5]),
+       st.lists(st.integers(0, 2), min_size=4, max_size=4), st.sampled_from(["tile8x8-v2", "tile32x32-v2"]))
+@example(5, 3, 3, 2, 2, [0, 0, 0, 0], "tile8x8-v2")
+def test_depthwise_mode(c, h, w, stride, k, pads, target):
+    """v2 depthwise mode: exact, and it streams fewer lines through the array than diagonal blocks."""
+    from hwc import isa
+
+    pads = [min(p, k - 1) for p in pads]
+    b = QBuilder(seed=c + h)
+    x = b.input("x", (1, c, h + k, w + k), zp=5)
+    y = b.conv(x, c, relu=True)
+    z = b.conv(y, c, k=k, stride=stride, pads=pads, group=c)
+    art = check_exact(b.output(z), TARGETS[target])
+    prog = isa.from_bytes(art.program)
+    lines = lambda p: sum(i.get("n_outer") * i.get("n_inner") for i in p if i.op == isa.Op.GEMM)
+    v1 = build_tile(b.g, TARGETS[target.replace("-v2", "")], hdl=False)
+    if 2 * c > TARGETS[target]["array"]["rows"]:  # thinner tensors are stacked (several pixels a line) instead
+        assert any(i.op == isa.Op.GEMM and i.get("dw") for i in prog)
+        # the mode merges the kernel columns of one stride phase into one GEMM: with k <= stride every
+        # phase has one column, so it streams as many lines as diagonal blocks (and no more)
+        if k > stride:
+            assert lines(prog) < lines(isa.from_bytes(v1.program))
+        else:
+            assert lines(prog) == lines(isa.from_bytes(v1.program))
