@@ -27,8 +27,9 @@ def test_digits_cnn_rtl_equals_model_equals_int8_reference(tmp_path):
 
 def test_bit_exact_chain_includes_the_cpu_int8_bundle():
     """The same int8 graph compiled for the CPU gives the same bits as the tile and the reference."""
-    from hwc.backends.cpu import build_artifact
     from hwc.targets import load_target
+
+    from hwc.backends.cpu import build_artifact
 
     tile = hwc.build(EXAMPLES / "digits_cnn.onnx", target="tile8x8", calib=EXAMPLES / "digits_calib.npz", hdl=False)
     cpu = build_artifact(load_target("cpu"), tile.graph, {}, {"int8": True})

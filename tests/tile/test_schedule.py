@@ -3,6 +3,7 @@ int8 reference interpreter's exactly (hypothesis draws odd sizes, strides, pads,
 
 import numpy as np
 import pytest
+from hwc.targets import load_target
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from qgraphs import QBuilder
@@ -10,7 +11,6 @@ from qgraphs import QBuilder
 from hwc.errors import TargetError, UnsupportedError
 from hwc.ir import verify
 from hwc.ref.interp import run_graph
-from hwc.targets import load_target
 from hwc.tile.build import build_tile
 
 TARGETS = {name: load_target(name) for name in ("tile8x8", "tile32x32")}
