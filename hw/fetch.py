@@ -10,7 +10,8 @@ write) computes the instruction's error code once, so the issue stage only looks
 bits: every address an instruction will touch lies in a 2-D range
 `base + i*so + j*si` (i < n_o, j < n_i), whose extremes are at its corners:
   stage 1: per opcode, up to three ranges (base, n_o - 1, so, n_i - 1, si, base - limit),
-           zero counts, bad LOAD.mem / VEC.op, GEMM.wblk and PPU/VEC.param limits
+           zero counts, bad LOAD.mem / VEC.op, GEMM.dw/skip set (this RTL has no depthwise mode),
+           GEMM.wblk and PPU/VEC.param limits
   stage 2: (n_o - 1)*so and (n_i - 1)*si per range, as two 18x18-sized partial products each
   stage 3: the products
   stage 4: base + min(0, po) and base - limit + max(0, po)
@@ -96,7 +97,9 @@ def _flags(w, p: TileParams) -> dict:
     return {
         O.LOAD: (zero(O.LOAD, "rows", "row_beats") | (f(O.LOAD, "mem") > max(isa.Mem)), Const(0, 1)),
         O.STORE: (zero(O.STORE, "rows", "row_beats"), Const(0, 1)),
-        O.GEMM: (zero(O.GEMM, "n_outer", "n_inner"), f(O.GEMM, "wblk") >= p.wgt_blocks),
+        # this RTL has no depthwise mode (tile v2, docs/tile-v2.md): GEMM.dw and GEMM.skip must be 0
+        O.GEMM: (zero(O.GEMM, "n_outer", "n_inner") | f(O.GEMM, "dw").any() | f(O.GEMM, "skip").any(),
+                 f(O.GEMM, "wblk") >= p.wgt_blocks),
         O.PPU: (zero(O.PPU, "n_outer", "n_inner"), f(O.PPU, "param") >= p.param_entries),
         O.VEC: (zero(O.VEC, "n_outer", "n_inner") | (f(O.VEC, "op") > max(isa.VecOp)),
                 f(O.VEC, "param") >= p.param_entries),

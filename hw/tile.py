@@ -63,6 +63,15 @@ def tile_signature(p: TileParams) -> dict:
 
 class Tile(wiring.Component):
     def __init__(self, target: dict):
+        on = sorted(k for k, v in target.get("features", {}).items() if v)
+        if on:
+            from hwc.errors import TargetError
+
+            raise TargetError(
+                f"Target {target.get('name')!r} enables features.{', features.'.join(on)}: the tile v2 design "
+                f"(docs/tile-v2.md) exists in the Python model and the scheduler only; the RTL implements "
+                f"tile v1. Set the features to false to generate hardware, or build without HDL "
+                f"(hwc.build(..., hdl=False)) to measure v2 in the cycle model.")
         self.p = TileParams.from_target(target)
         super().__init__(tile_signature(self.p))
 

@@ -86,3 +86,13 @@ def test_xc7_estimate_tile8x8(tile8):
     out, _ = tile8
     r = synth(out, "xc7")
     assert r["resources"]["DSP48E1"] > 0 and r["resources"]["LUT"] > 0
+
+
+def test_hardware_refuses_v2_features(tmp_path):
+    """Tile v2 (docs/tile-v2.md) is in the model only: generating RTL for it is a clear error, never a
+    tile.v that silently ignores GEMM.dw or Wait.POST."""
+    t = load_target("tile8x8")
+    v2 = dict(t, features={"post_unit": True, "depthwise": False})
+    with pytest.raises(TargetError, match=r"features\.post_unit.*RTL implements tile v1"):
+        generate(v2, tmp_path / "v2")
+    assert not (tmp_path / "v2").exists()
