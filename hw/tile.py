@@ -71,7 +71,7 @@ class Tile(wiring.Component):
                 f"Target {target.get('name')!r} enables features.{', features.'.join(on)}: the tile v2 design "
                 f"(docs/tile-v2.md) exists in the Python model and the scheduler only; the RTL implements "
                 f"tile v1. Set the features to false to generate hardware, or build without HDL "
-                f"(hwc.build(..., hdl=False)) to measure v2 in the cycle model.")
+                f"(`hwc build --no-hdl`, API hdl=False) to measure v2 in the cycle model.")
         self.p = TileParams.from_target(target)
         super().__init__(tile_signature(self.p))
 

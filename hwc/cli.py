@@ -96,7 +96,7 @@ def cmd_build(args) -> int:
     err.print(f"building {args.model} for {args.target} ...")
     art = hwc.build(args.model, target=args.target, calib=args.calib, int8=args.int8,
                     input_shapes=input_shapes(args), quant_config=args.quant_config,
-                    passes=pass_options(args), triple=args.triple, cpu=args.cpu)
+                    passes=pass_options(args), triple=args.triple, cpu=args.cpu, hdl=not args.no_hdl)
     dest = art.save(args.output)
     rep = art.report
     out.print(f"built {args.model} for [bold]{art.target['name']}[/bold] -> {dest}/ "
@@ -164,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pass_options(b)
     qcli.add_build_options(b)
     cpu_cli.add_build_options(b)
+    tile_cli.add_build_options(b)
     b.set_defaults(fn=cmd_build)
 
     r = sub.add_parser("run", help="run a built model on inputs")

@@ -179,7 +179,8 @@ class TileArtifact(Artifact):
         from hwc.sim.rtl import run_rtl
 
         if not self.tile_v:
-            raise UserError("this artifact has no tile.v to simulate; rebuild it with `hwc build`.")
+            raise UserError("this artifact has no tile.v to simulate (it was built with --no-hdl); rebuild it with "
+                            "`hwc build` without --no-hdl.")
         out_regions = [(t["dram"], -(-t["c"] // self.target["array"]["rows"]) * t["h"] * t["w"]
                         * self.target["array"]["rows"]) for t in io["outputs"]]
         return run_rtl(self.target, self.tile_v, b"", bytes(mem), io["prog_offset"] // isa.INSN_BYTES, out_regions,

@@ -90,6 +90,13 @@ def cmd_disasm(args) -> int:
     return 0
 
 
+def add_build_options(parser) -> None:
+    g = parser.add_argument_group("tile targets")
+    g.add_argument("--no-hdl", action="store_true",
+                   help="do not generate tile.v (faster; needed for targets with tile v2 features, which exist in "
+                        "the Python model only, docs/tile-v2.md)")
+
+
 def add_parsers(sub) -> None:
     s = sub.add_parser("sim", help="run a tile build in the Python tile model (and with --rtl in the RTL): "
                                    "cycles, utilization, bit-exact checks")

@@ -1,6 +1,8 @@
 """The tile scheduler, op by op and shape by shape: the tile model's outputs must equal the
 int8 reference interpreter's exactly (hypothesis draws odd sizes, strides, pads, groups)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hwc.targets import load_target
@@ -229,3 +231,27 @@ def test_depthwise_mode(c, h, w, stride, k, pads, target):
             assert lines(prog) < lines(isa.from_bytes(v1.program))
         else:
             assert lines(prog) == lines(isa.from_bytes(v1.program))
+
+
+def test_cli_v2_target_needs_no_hdl(tmp_path, capsys):
+    """A target YAML with v2 features builds with --no-hdl (the cycle model runs it, exactly); with HDL it
+    is a clear error (exit 2), since the RTL implements tile v1."""
+    import yaml
+
+    from hwc.cli import main
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    doc = yaml.safe_load(open(load_target.__globals__["resources"].files("hwc.targets") / "tile8x8.yaml"))
+    doc["features"] = {"post_unit": True, "depthwise": True}
+    p = tmp_path / "tile8x8-v2.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    args = ["build", str(examples / "digits_cnn.onnx"), "--target", str(p), "--calib",
+            str(examples / "digits_calib.npz")]
+    assert main([*args, "-o", str(tmp_path / "hdl")]) == 2
+    err = capsys.readouterr().err
+    assert "features.depthwise, features.post_unit" in " ".join(err.split()) and "--no-hdl" in err
+    assert not (tmp_path / "hdl").exists()
+    assert main([*args, "-o", str(tmp_path / "v2"), "--no-hdl"]) == 0
+    assert not (tmp_path / "v2" / "tile.v").exists()
+    assert main(["sim", str(tmp_path / "v2"), "--input", str(examples / "digits_test.npz")]) == 0
+    assert "outputs == int8 reference" in capsys.readouterr().out
