@@ -16,9 +16,9 @@ in the cycle it reaches the head: `error`, `error_code` and `error_pc` (its inst
 index) are set, nothing of it is issued, fetch stops; instructions issued before it
 complete. The ACT DMA port is shared by LOAD-into-ACT and STORE: each waits for the other.
 
-Memories (sizes from the target; inputs registered, then the block RAM: read data
-MEM_LATENCY = 2 cycles after the request, a write performed one cycle after its request;
-old data when the port itself writes the address):
+Memories (sizes from the target; inputs registered, then the block RAM, then the read data
+registered: read data MEM_LATENCY = 3 cycles after the request, a write performed
+MEM_WRITE_LATENCY = 1 cycle after its request; old data when the port itself writes the address):
   ACT   line_bits x act_lines, two read/write ports: A = compute unit, B = DMA (a read sees
         the other port's same-cycle write: the block-RAM-mappable choice)
   ACC   acc_line_bits x acc_lines, one read (GEMM RMW / PPU), one write (GEMM)
@@ -85,8 +85,11 @@ class Tile(wiring.Component):
             banks.append(mem)
 
         # Every memory input (address, write data, write enable) is registered in front of the block
-        # RAM (MEM_LATENCY = 2): the engines compute addresses with a full cycle to spare, and the
-        # wide address nets to the many block RAMs of a memory start at flip-flops.
+        # RAM, and every read port's data behind it (MEM_LATENCY = 3): the engines compute addresses with
+        # a full cycle to spare, the wide address nets to the many block RAMs of a memory start at
+        # flip-flops, and a block RAM's slow output (about 6 ns on ECP5) only reaches a register beside it.
+        assert isa.MEM_LATENCY == 3 and isa.MEM_WRITE_LATENCY == 1, "the memories below have three read stages"
+
         def reg(value, name, reset_less=True):
             r = Signal(len(value), name=name, reset_less=reset_less)
             m.d.sync += r.eq(value)
@@ -100,13 +103,13 @@ class Tile(wiring.Component):
         a_r, b_r = act.read_port(transparent_for=(b_w,)), act.read_port(transparent_for=(a_w,))
         a_addr = reg(cmp.act_addr, "act_a_addr")
         m.d.comb += [a_r.addr.eq(a_addr), a_w.addr.eq(a_addr), a_w.en.eq(reg(cmp.act_we, "act_a_we", False)),
-                     a_w.data.eq(reg(cmp.act_wdata, "act_a_wdata")), cmp.act_rdata.eq(a_r.data)]
+                     a_w.data.eq(reg(cmp.act_wdata, "act_a_wdata")), cmp.act_rdata.eq(reg(a_r.data, "act_a_rdata"))]
         b_addr = reg(Mux(load.act_we, load.waddr[:p.act_bits], store.act_addr), "act_b_addr")
         m.d.comb += [b_r.addr.eq(b_addr), b_w.addr.eq(b_addr), b_w.en.eq(reg(load.act_we, "act_b_we", False)),
-                     b_w.data.eq(reg(load.wdata, "act_b_wdata")), store.act_data.eq(b_r.data)]
+                     b_w.data.eq(reg(load.wdata, "act_b_wdata")), store.act_data.eq(reg(b_r.data, "act_b_rdata"))]
 
         c_r, c_w = acc.read_port(), acc.write_port()
-        m.d.comb += [c_r.addr.eq(reg(cmp.acc_raddr, "acc_raddr")), cmp.acc_rdata.eq(c_r.data),
+        m.d.comb += [c_r.addr.eq(reg(cmp.acc_raddr, "acc_raddr")), cmp.acc_rdata.eq(reg(c_r.data, "acc_rdata")),
                      c_w.addr.eq(reg(cmp.acc_waddr, "acc_waddr")), c_w.data.eq(reg(cmp.acc_wdata, "acc_wdata")),
                      c_w.en.eq(reg(cmp.acc_we, "acc_we", False))]
 
@@ -115,17 +118,17 @@ class Tile(wiring.Component):
         wgt_waddr = reg(load.waddr[:p.wgt_bits], "wgt_waddr")
         wgt_wdata = reg(load.wdata, "wgt_wdata")
         wgt_we = reg(load.wgt_we, "wgt_we", False)
-        rbank = reg(wgt_raddr[bank_bits], "wgt_rbank")
+        rbank = reg(reg(wgt_raddr[bank_bits], "wgt_rbank0"), "wgt_rbank")
         rdata = []
         for b, mem in enumerate(banks):
             r, wp = mem.read_port(), mem.write_port()
             m.d.comb += [r.addr.eq(wgt_raddr[:bank_bits]), wp.addr.eq(wgt_waddr[:bank_bits]),
                          wp.data.eq(wgt_wdata), wp.en.eq(wgt_we & (wgt_waddr[bank_bits] == b))]
-            rdata.append(r.data)
+            rdata.append(reg(r.data, f"wgt{b}_rdata"))  # per bank: each register beside its block RAMs
         m.d.comb += cmp.wgt_data.eq(Mux(rbank, rdata[1], rdata[0]))
 
         pr, pw = param.read_port(), param.write_port()
-        m.d.comb += [pr.addr.eq(reg(cmp.param_addr, "param_raddr")), cmp.param_data.eq(pr.data),
+        m.d.comb += [pr.addr.eq(reg(cmp.param_addr, "param_raddr")), cmp.param_data.eq(reg(pr.data, "param_rdata")),
                      pw.addr.eq(reg(load.waddr[:p.param_bits], "param_waddr")),
                      pw.data.eq(reg(load.wdata, "param_wdata")), pw.en.eq(reg(load.param_we, "param_we", False))]
 

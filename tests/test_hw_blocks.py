@@ -174,11 +174,12 @@ class GemmHarness(Elaboratable):
         m.submodules.eng, m.submodules.act, m.submodules.wgt, m.submodules.acc = self.eng, self.act, self.wgt, self.acc
         e = self.eng
         ar, wr, cr, cw = self.act.read_port(), self.wgt.read_port(), self.acc.read_port(), self.acc.write_port()
-        # as in the tile: memory inputs registered in front of the RAM (isa.MEM_LATENCY = 2)
-        assert isa.MEM_LATENCY == 2
+        # as in the tile: memory inputs registered in front of the RAM, read data behind it
+        # (isa.MEM_LATENCY = 3, isa.MEM_WRITE_LATENCY = 1)
+        assert isa.MEM_LATENCY == 3 and isa.MEM_WRITE_LATENCY == 1
         m.d.sync += [ar.addr.eq(e.act_addr), wr.addr.eq(e.wgt_addr), cr.addr.eq(e.acc_raddr),
-                     cw.addr.eq(e.acc_waddr), cw.data.eq(e.acc_wdata), cw.en.eq(e.acc_we)]
-        m.d.comb += [e.act_data.eq(ar.data), e.wgt_data.eq(wr.data), e.acc_rdata.eq(cr.data)]
+                     cw.addr.eq(e.acc_waddr), cw.data.eq(e.acc_wdata), cw.en.eq(e.acc_we),
+                     e.act_data.eq(ar.data), e.wgt_data.eq(wr.data), e.acc_rdata.eq(cr.data)]
         return m
 
 
