@@ -11,9 +11,9 @@ address an instruction will touch lies in a 2-D range `base + i*so + j*si` (i < 
 whose extremes are at its corners:
   stage 1: per opcode, up to three ranges (base, n_o - 1, so, n_i - 1, si, base - limit),
            zero counts, bad LOAD.mem / VEC.op, GEMM.wblk and PPU/VEC.param limits
-  stage 2: the counts and strides again, in registers that feed only the multipliers
-  stage 3: (n_o - 1)*so and (n_i - 1)*si per range, as two 18x18-sized partial products each (DSP)
-  stage 4: the partial products again (register -> DSP -> register, both beside the DSP block)
+  stages 2, 3: (n_o - 1)*so and (n_i - 1)*si per range, as two 18x18-sized partial products each
+           (registered multipliers, hw/dsp.py: the operands in stage 2, the products in stage 3)
+  stage 4: the partial products again (the route away from the DSP block is a stage of its own)
   stage 5: the products
   stage 6: base + min(0, po) and base - limit + max(0, po)
   stage 7: lowest = .. + min(0, pi) < 0 or highest - limit = .. + max(0, pi) >= 0 -> the error code
@@ -33,13 +33,14 @@ from amaranth.lib.wiring import In, Out
 
 from hwc import isa
 
+from . import dsp
 from .params import DRAM_ADDR_BITS, PC_BITS, TileParams, field, opcode
 
 PREDECODE_STAGES = isa.PREDECODE_STAGES
 #: the head instruction's unit, one-hot in this order (NOP sets none)
 KINDS = {"load": (isa.Op.LOAD,), "store": (isa.Op.STORE,), "gemm": (isa.Op.GEMM,),
          "compute": (isa.Op.PPU, isa.Op.VEC, isa.Op.FILL), "finish": (isa.Op.FINISH,)}
-assert PREDECODE_STAGES == 7, "Fetch below is written with seven pre-decode register stages"
+assert PREDECODE_STAGES == 7 and dsp.LATENCY == 2, "Fetch below is written with seven pre-decode stages"
 N_RANGES = 3
 BASE_W, COUNT_W, STRIDE_W = DRAM_ADDR_BITS + 1, 16, 26
 PROD_W = COUNT_W + STRIDE_W
@@ -204,20 +205,16 @@ class Fetch(wiring.Component):
             act6 = delayed(act, f"r{r}_act", 5)[-1]
             base5 = delayed(base1, f"r{r}_base", 4)[-1]
             bml5 = delayed(bml1, f"r{r}_bml", 4)[-1]
-            # stages 2 to 5: (n - 1) * stride, as two 18x18-sized partial products and their sum
+            # stages 2 to 5: (n - 1) * stride, as two 18x18-sized partial products (registered multipliers,
+            # hw/dsp.py: operands in stage 2, products in stage 3), the products again, their sum
             prods = []
             for nm, cnt, stride in (("o", nom1, so1), ("i", nim1, si1)):
-                cnt2 = Signal(signed(COUNT_W), name=f"r{r}_n{nm}2", reset_less=True)
-                str2 = Signal(signed(STRIDE_W), name=f"r{r}_s{nm}2", reset_less=True)
                 lo_p = Signal(signed(COUNT_W + LO_BITS + 1), name=f"r{r}_p{nm}lo", reset_less=True)
                 hi_p = Signal(signed(COUNT_W + STRIDE_W - LO_BITS), name=f"r{r}_p{nm}hi", reset_less=True)
-                lo_p4 = Signal(signed(COUNT_W + LO_BITS + 1), name=f"r{r}_p{nm}lo4", reset_less=True)
-                hi_p4 = Signal(signed(COUNT_W + STRIDE_W - LO_BITS), name=f"r{r}_p{nm}hi4", reset_less=True)
                 prod = Signal(signed(PROD_W), name=f"r{r}_p{nm}", reset_less=True)
-                m.d.sync += [cnt2.eq(cnt), str2.eq(stride),
-                             lo_p.eq(cnt2 * str2[:LO_BITS]), hi_p.eq(cnt2 * str2[LO_BITS:].as_signed()),
-                             lo_p4.eq(lo_p), hi_p4.eq(hi_p),
-                             prod.eq(lo_p4 + (hi_p4 << LO_BITS))]
+                m.d.sync += [lo_p.eq(dsp.regmul(m, f"mul{r}{nm}lo", cnt, stride[:LO_BITS])[:len(lo_p)]),
+                             hi_p.eq(dsp.regmul(m, f"mul{r}{nm}hi", cnt, stride[LO_BITS:].as_signed())[:len(hi_p)]),
+                             prod.eq(lo_p + (hi_p << LO_BITS))]
                 prods.append(prod)
             po5, pi5 = prods
             # stage 6: base + the outer extreme; stage 7: + the inner extreme, compared

@@ -3,16 +3,13 @@
 Dataflow (docs/tile.md section 1): the array holds an *active* weight block W[N][N]
 (row r = output channel r, column c = input channel c) and a *shadow* block that is
 written one row per cycle (`row_we`, `row_idx`, `row_data`) while the active block is in
-use. `swap` takes effect at the end of the cycle, so the line presented in the next cycle
-already uses the new block (inside, the copy shadow -> active is delayed as x is, by
-X_STAGES; the shadow registers may be rewritten from the cycle after `swap`: that write and
-the delayed copy happen at the same clock edge, and the copy takes the old value).
+use. `swap` copies shadow -> active at the end of the cycle, so the line presented in the
+next cycle already uses the new block (the multipliers register x and the weights together).
 
 Pipeline (all registered, no combinational path from input to output; MAC_PIPE_STAGES = 3):
-  cycle c      : x is copied into one register per row (each copy feeds only that row's multipliers)
-  cycle c+1    : the row's x copy and the active weights go into N 8x8 signed multipliers -> product regs
-  cycle c+2    : the products again (the route from the DSP block is a stage of its own, so the
-                 multiplier path is register -> DSP -> register, with both registers beside it)
+  cycles c, c+1: x and the active weights into N*N registered 8x8 signed multipliers (hw/dsp.py:
+                 operands registered, then the product; on ECP5 both registers are the DSP block's)
+  cycle c+2    : the products again (the route away from a DSP block is a stage of its own)
   cycles c+3.. : log2(N) adder-tree levels, one register per level (an 8x8 array: 3 levels)
   cycle c+LATENCY: `dot[r]` = sum_c W[r][c] * x[c] (16 + log2 N bits, signed) is valid.
 One register per tree level keeps every stage to one carry chain; the latency only adds a
@@ -27,11 +24,10 @@ from amaranth.lib.wiring import In, Out
 
 from hwc import isa
 
-from .params import DUP, TileParams
+from . import dsp
+from .params import TileParams
 
 PRODUCT_BITS = 16
-#: Register stages between `x` and the multipliers (the per-row copy).
-X_STAGES = 1
 
 
 def dot_bits(p: TileParams) -> int:
@@ -58,26 +54,19 @@ class MacArray(wiring.Component):
         active = [Signal(self.p.line_bits, name=f"active{r}", reset_less=True) for r in range(n)]
         with m.If(self.row_we):
             m.d.sync += Array(shadow)[self.row_idx].eq(self.row_data)
-        assert X_STAGES == 1
-        for r in range(n):  # one delayed swap per row (each enables that row's weights only)
-            swap = Signal(name=f"swap{r}", attrs=DUP)
-            m.d.sync += swap.eq(self.swap)
-            with m.If(swap):
-                m.d.sync += active[r].eq(shadow[r])
+        with m.If(self.swap):
+            m.d.sync += [a.eq(s) for a, s in zip(active, shadow)]
 
         db = dot_bits(self.p)
-        assert isa.MAC_PIPE_STAGES == 3, "MacArray below is written with three stages before the tree"
+        assert isa.MAC_PIPE_STAGES == dsp.LATENCY + 1, "MacArray: the registered multiplier, then one register"
         for r in range(n):
-            xr = Signal(self.p.line_bits, name=f"x{r}", reset_less=True, attrs=DUP)
-            m.d.sync += xr.eq(self.x)
             level = []
             for c in range(n):
-                prod = Signal(signed(PRODUCT_BITS), name=f"p{r}_{c}", reset_less=True)
-                prod2 = Signal(signed(PRODUCT_BITS), name=f"q{r}_{c}", reset_less=True)
                 w = active[r][8 * c:8 * c + 8].as_signed()
-                x = xr[8 * c:8 * c + 8].as_signed()
-                m.d.sync += [prod.eq(w * x), prod2.eq(prod)]
-                level.append(prod2)
+                x = self.x[8 * c:8 * c + 8].as_signed()
+                prod = Signal(signed(PRODUCT_BITS), name=f"q{r}_{c}", reset_less=True)
+                m.d.sync += prod.eq(dsp.regmul(m, f"mul{r}_{c}", w, x)[:PRODUCT_BITS])
+                level.append(prod)
             depth = 0
             while len(level) > 1:
                 depth += 1

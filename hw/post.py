@@ -14,9 +14,9 @@ each lane has one 34x32 multiplier, built from four 17x16 partial products (each
 Pipe stages (input in cycle c, one register each, every stage at most one carry chain or
 a few LUT levels; y valid in cycle c + PIPE_LATENCY = c + 13):
   S0 the block RAM's read data                   S1 X = operand + addend (34 bit), M select
-  S2 X and M again: registers that feed only the DSPs (a long route to a DSP block is a
-     stage of its own, the DSP path is register -> multiplier -> register)
-  S3 four partial products (DSP)                 S4 the products again (the route away from the DSP)
+  S2/S3 four partial products, each a registered multiplier (hw/dsp.py: the operands registered
+     in S2, the product in S3; on ECP5 both are the DSP block's own registers)
+  S4 the products again (the route away from the DSP block is a stage of its own)
   S5 two partial sums                            S6 p = sum (64 bit)
   S7 v = p (+ v of the previous token: VEC ADD)
   S8/S9 a = v >> (s-1) (arithmetic, by 8s, then by 1s)   S10 a saturated to 11 bits
@@ -43,11 +43,12 @@ from amaranth.lib.wiring import In, Out
 from hwc import isa
 from hwc.quant import arith
 
+from . import dsp
 from .loop import loop2d
 from .params import DUP, TileParams, field
 
 PIPE_LATENCY = isa.POST_PIPE_STAGES
-assert PIPE_LATENCY == 13, "PostPipe below is written with thirteen register stages"
+assert PIPE_LATENCY == 13 and dsp.LATENCY == 2, "PostPipe below is written with thirteen register stages"
 ML = isa.MEM_LATENCY
 WL = isa.MEM_WRITE_LATENCY
 SAT_BITS = 10  # r saturated to about 10 bits before + z_out: any |r| > 511 clamps the same way
@@ -124,19 +125,15 @@ class PostPipe(wiring.Component):
             m.d.sync += mx[0].eq(Mux(a_hold > a8, a_hold, a8))
             for k in range(L - 3):
                 m.d.sync += mx[k + 1].eq(mx[k])
-            # S2: X and M again, feeding only the DSP blocks
-            xd = Signal(signed(34), name=f"xd{lane}", reset_less=True)
-            md = Signal(signed(32), name=f"md{lane}", reset_less=True)
-            m.d.sync += [xd.eq(x), md.eq(mm)]
-            # S3: partial products of X = xh*2**17 + xl (xl unsigned) and M = mh*2**16 + ml (ml unsigned)
-            xl, xh = xd[:17], xd[17:].as_signed()
-            ml, mh = md[:16], md[16:].as_signed()
+            # S2/S3: partial products of X = xh*2**17 + xl (xl unsigned) and M = mh*2**16 + ml (ml unsigned),
+            # each a registered multiplier (operands registered in S2, the product in S3; hw/dsp.py)
+            xl, xh = x[:17], x[17:].as_signed()
+            ml, mh = mm[:16], mm[16:].as_signed()
             pp = []
             for nm, a, b, shape in (("ll", xl, ml, unsigned(33)), ("lh", xl, mh, signed(34)),
                                     ("hl", xh, ml, signed(34)), ("hh", xh, mh, signed(33))):
-                p0 = Signal(shape, name=f"p{nm}{lane}", reset_less=True)
-                p1 = Signal(shape, name=f"p{nm}{lane}_r", reset_less=True)  # S4
-                m.d.sync += [p0.eq(a * b), p1.eq(p0)]
+                p1 = Signal(shape, name=f"p{nm}{lane}", reset_less=True)  # S4
+                m.d.sync += p1.eq(dsp.regmul(m, f"mul{nm}{lane}", a, b)[:len(p1)])
                 pp.append(p1)
             pll, plh, phl, phh = pp
             # S5

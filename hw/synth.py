@@ -12,6 +12,9 @@ registered levels) into one pin. Nothing of the tile can be optimized away, the 
 adds no path slower than a LUT level, and the only unconstrained pins are clk, rst, sin
 and sout.
 
+For ECP5 the registered multiplier module `hwc_mul18` of tile.v is read again from
+dsp_ecp5.v (hw/dsp.py): a MULT18X18D with its own input and output registers.
+
 Registers the generator duplicates on purpose (one copy per consumer, to split a long or
 high-fanout net; attribute `hwc_dup`, hw/params.py DUP) get yosys' `keep` before synthesis,
 so opt_merge does not fold the copies back into one register.
@@ -31,6 +34,8 @@ import time
 from pathlib import Path
 
 from hwc.errors import UserError
+
+from . import dsp
 
 DEVICES = ("ecp5-85k", "xc7")
 ECP5_ARGS = ["--85k", "--package", "CABGA381"]
@@ -139,7 +144,9 @@ def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, pl
         out["note"] = "resource estimate only (yosys synth_xilinx); no place-and-route for 7-series"
     else:
         freq = freq_mhz or 150
-        script = (f"read_verilog tile.v {WRAP}.v; {PREP}; synth_ecp5 -top {WRAP} -json tile_ecp5.json; "
+        (build / "dsp_ecp5.v").write_text(dsp.ECP5_VERILOG)
+        script = (f"read_verilog tile.v {WRAP}.v; read_verilog -overwrite dsp_ecp5.v; {PREP}; "
+                  f"synth_ecp5 -top {WRAP} -json tile_ecp5.json; "
                   f"tee -q -o stat_ecp5.json stat -json")
         step("yosys synth_ecp5")
         out["seconds"]["yosys"] = _run(build, "yosys", ["-p", script], "yosys_ecp5.log")
