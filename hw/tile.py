@@ -150,35 +150,54 @@ class Tile(wiring.Component):
         running = Signal()
         pc = Signal(PC_BITS)
         busy = running | fetch.busy | load.busy | store.busy | cmp.busy
-        start = self.start & ~busy
+        # `start` is accepted when the tile was not busy in the previous cycle (nor started in it): a
+        # register, so the wide start logic does not wait for the busy signals of every unit
+        busy_q = Signal()
+        start = self.start & ~busy_q
+        m.d.sync += busy_q.eq(busy | start)
         m.d.comb += [self.busy.eq(busy), fetch.start.eq(start), fetch.run.eq(running),
                      fetch.prog_addr.eq(self.prog_addr)]
         with m.If(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
 
         # ---- issue ----
+        # The issue stage sees the units through registers (IDLE_LAG = 1): a unit's busy signal of the
+        # previous cycle, or an instruction issued to it in the previous cycle. So an instruction that
+        # waits for a unit (or needs it) issues at the earliest the cycle after the unit's end
+        # (docs/tile.md section 4); the issue decision starts from registers near it.
+        assert isa.IDLE_LAG == 1
         word = fetch.head_word
         wait = wait_mask(word)
         kind = {k: fetch.head_kind[i] for i, k in enumerate(KINDS)}
-        idle = {isa.Wait.LOAD: ~load.busy, isa.Wait.COMPUTE: ~cmp.busy, isa.Wait.STORE: ~store.busy}
+        issue = Signal()
+        to_load, to_store = issue & kind["load"], issue & kind["store"]
+        to_cmp = issue & (kind["gemm"] | kind["compute"])
+        load_busy, load_act_busy, store_busy, cmp_busy = (Signal(name=n) for n in (
+            "load_busy_q", "load_act_busy_q", "store_busy_q", "cmp_busy_q"))
+        gemm_ok = Signal()
+        m.d.sync += [load_busy.eq(load.busy | to_load),
+                     load_act_busy.eq(load.act_busy | (to_load & fetch.head_load_act)),
+                     store_busy.eq(store.busy | to_store), cmp_busy.eq(cmp.busy | to_cmp),
+                     gemm_ok.eq(cmp.accept_gemm & ~to_cmp)]
+        idle = {isa.Wait.LOAD: ~load_busy, isa.Wait.COMPUTE: ~cmp_busy, isa.Wait.STORE: ~store_busy}
         wait_ok = 1
         for k, (flag, unit_idle) in enumerate(idle.items()):
             assert flag == 1 << k
             wait_ok = wait_ok & (~wait[k] | unit_idle)
         all_idle = idle[isa.Wait.LOAD] & idle[isa.Wait.COMPUTE] & idle[isa.Wait.STORE]
         can = (~fetch.head_kind.any()  # NOP
-               | (kind["load"] & ~load.busy & (~fetch.head_load_act | ~store.busy))
-               | (kind["store"] & ~store.busy & ~load.act_busy)
-               | (kind["gemm"] & cmp.accept_gemm)
-               | (kind["compute"] & ~cmp.busy)
+               | (kind["load"] & ~load_busy & (~fetch.head_load_act | ~store_busy))
+               | (kind["store"] & ~store_busy & ~load_act_busy)
+               | (kind["gemm"] & gemm_ok)
+               | (kind["compute"] & ~cmp_busy)
                | (kind["finish"] & all_idle))
         head = running & fetch.head_valid
         fault = head & (fetch.head_err != isa.ErrorCode.NONE)
-        issue = head & ~fault & wait_ok & can
+        m.d.comb += issue.eq(head & ~fault & wait_ok & can)
         m.d.comb += [fetch.pop.eq(issue),
-                     load.start.eq(issue & kind["load"]), load.word.eq(word),
-                     store.start.eq(issue & kind["store"]), store.word.eq(word),
-                     cmp.start.eq(issue & (kind["gemm"] | kind["compute"])), cmp.word.eq(word),
+                     load.start.eq(to_load), load.word.eq(word),
+                     store.start.eq(to_store), store.word.eq(word),
+                     cmp.start.eq(to_cmp), cmp.word.eq(word),
                      self.dbg_issue.eq(issue), self.dbg_pc.eq(pc),
                      self.dbg_unit_busy.eq(Cat(load.busy, cmp.busy, store.busy))]
         with m.If(issue):

@@ -301,6 +301,9 @@ MAC_PIPE_STAGES = 3
 MEM_LATENCY = 3
 #: A write request is performed this many cycles later (its address and data registered, then the RAM).
 MEM_WRITE_LATENCY = 1
+#: The issue stage sees the units' idle/accept state through registers: a unit that ends (or, for a
+#: GEMM, starts its stream) in cycle t counts as idle (accepting) from cycle t + IDLE_LAG (hw/tile.py).
+IDLE_LAG = 1
 
 
 @dataclass(frozen=True)
@@ -310,6 +313,8 @@ class Timing:
 
     Per instruction, with `P = n_outer * n_inner` and `total = rows * row_beats`:
       fetch    instruction k may issue from request(k) + FETCH_LATENCY
+      issue    a unit it waits for (or needs) must have ended by issue - IDLE_LAG (GEMM: the previous
+               GEMM's stream_start <= issue - IDLE_LAG)
       LOAD     busy LOAD_OVERHEAD + Lm + total
       STORE    busy STORE_OVERHEAD + total
       GEMM     stream_start = max(issue + N + GEMM_SETUP, previous stream_end); stream_end = stream_start + P;
@@ -332,6 +337,7 @@ class Timing:
     VEC_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 1: as the PPU, the last write is in the last frame
     VEC_CYCLES_PER_LINE: int  # read a, read b, write: the single compute ACT port
     FILL_OVERHEAD: int       # 1 + WL: one write request per cycle from issue + 1, performed WL later
+    IDLE_LAG: int            # a unit's end (GEMM: stream start) is seen by the issue stage this much later
 
     @classmethod
     def from_target(cls, target: dict) -> Timing:
@@ -344,4 +350,5 @@ class Timing:
                    GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
                    PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
                    VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,
-                   VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=1 + wl)
+                   VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=1 + wl,
+                   IDLE_LAG=IDLE_LAG)
