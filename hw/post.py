@@ -165,14 +165,17 @@ class PostPipe(wiring.Component):
             # S11: r = (a + 1) >> 1, + z_out
             t = Signal(signed(SAT_BITS + 2), name=f"t{lane}", reset_less=True)
             m.d.sync += t.eq(((asat + 1) >> 1) + self.z_out)
-            # S12: clamp to [lo, hi] (numpy's clip: max with lo, then min with hi), or the max
-            t_lo = Signal(signed(SAT_BITS + 2), name=f"tlo{lane}")
+            # S12: clamp to [lo, hi] as numpy's clip (max with lo, then min with hi), or the max. The three
+            # comparisons run side by side: max(t, lo) > hi exactly when t > hi or lo > hi.
             y = Signal(signed(8), name=f"y{lane}", reset_less=True)
-            m.d.comb += t_lo.eq(Mux(t < self.lo, self.lo, t))
             with m.If(self.op_max):
                 m.d.sync += y.eq(mx[-1])
+            with m.Elif((t > self.hi) | (self.lo > self.hi)):
+                m.d.sync += y.eq(self.hi)
+            with m.Elif(t < self.lo):
+                m.d.sync += y.eq(self.lo)
             with m.Else():
-                m.d.sync += y.eq(Mux(t_lo > self.hi, self.hi, t_lo))
+                m.d.sync += y.eq(t)
             m.d.comb += self.y[8 * lane:8 * lane + 8].eq(y)
         return m
 

@@ -76,7 +76,7 @@ def _pipe_run(n, params, tokens):
 def test_post_pipe_requantize_matches_arith_including_ties_and_saturation():
     rng = np.random.default_rng(0)
     n = 4
-    for trial in range(4):
+    for trial in range(5):
         mult = rng.integers(arith.MULT_MIN, arith.MULT_MAX, n, dtype=np.int64).astype(np.int32)
         shift = rng.integers(20, 40, n).astype(np.int32)
         bias = rng.integers(-(1 << 20), 1 << 20, n).astype(np.int32)
@@ -87,6 +87,8 @@ def test_post_pipe_requantize_matches_arith_including_ties_and_saturation():
         z, lo, hi = int(rng.integers(-128, 128)), int(rng.integers(-128, 0)), int(rng.integers(0, 128))
         if trial == 3:
             z, lo, hi = 5, 5, 127  # relu-like clamp
+        if trial == 4:
+            z, lo, hi = 0, 40, -40  # lo > hi: numpy's clip gives hi everywhere
         acc = rng.integers(-(1 << 31), 1 << 31, (40, n), dtype=np.int64).astype(np.int32)
         acc[:10] = rng.integers(-40, 40, (10, n))            # small: ties and no saturation
         acc[10] = np.iinfo(np.int32).max                      # wraps when the bias is added
