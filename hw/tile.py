@@ -39,7 +39,7 @@ from hwc import isa
 from .compute import ComputeUnit
 from .dma import LoadEngine, StoreEngine
 from .fetch import KINDS, Fetch
-from .params import CYCLE_BITS, DRAM_ADDR_BITS, LEN_BITS, PC_BITS, TileParams, wait_mask
+from .params import CYCLE_BITS, DRAM_ADDR_BITS, LEN_BITS, PC_BITS, TileParams, bits_for, wait_mask
 
 
 def tile_signature(p: TileParams) -> dict:
@@ -81,13 +81,19 @@ class Tile(wiring.Component):
         # value. No engine depends on it: correct programs never read and write a line from two
         # units in the same cycle, and the GEMM's ACC read-modify-write forwards every sum not yet
         # written (hw/gemm.py), the one written in the cycle of the read included.
+        # Each memory's depth is rounded up to a power of two (PARAM: 5120 beats -> 8192 for tile8x8), so
+        # the block RAMs split it by width only: no multiplexer between block RAMs and the read register.
         rw = {"no_rw_check": 1}
-        m.submodules.act = act = Memory(shape=p.line_bits, depth=p.act_lines, init=[], attrs=rw)
-        m.submodules.acc = acc = Memory(shape=p.acc_line_bits, depth=p.acc_lines, init=[], attrs=rw)
-        m.submodules.param = param = Memory(shape=p.beat_bits, depth=p.param_beats, init=[], attrs=rw)
+
+        def memory(width, depth):
+            return Memory(shape=width, depth=1 << bits_for(depth), init=[], attrs=rw)
+
+        m.submodules.act = act = memory(p.line_bits, p.act_lines)
+        m.submodules.acc = acc = memory(p.acc_line_bits, p.acc_lines)
+        m.submodules.param = param = memory(p.beat_bits, p.param_beats)
         banks = []
         for b in range(2):
-            mem = Memory(shape=p.line_bits, depth=p.wgt_bank_rows, init=[], attrs=rw)
+            mem = memory(p.line_bits, p.wgt_bank_rows)
             m.submodules[f"wgt{b}"] = mem
             banks.append(mem)
 
