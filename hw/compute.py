@@ -9,8 +9,8 @@ So the engines never use port A or the ACC ports in the same cycle; their port s
 zero when unused and are OR-combined (cheaper and shallower than a priority mux).
 
 FILL writes `count` ACT lines, one per cycle from the cycle after issue, all bytes `value`:
-busy for FILL_OVERHEAD + count cycles (FILL_OVERHEAD = MEM_LATENCY: the last write request
-is performed by the memory one cycle later).
+busy for FILL_OVERHEAD + count cycles (FILL_OVERHEAD = 1 + MEM_WRITE_LATENCY: the last write
+request is performed by the memory one cycle later).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ class FillEngine(wiring.Component):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
         with m.If(self.start):
             m.d.sync += [addr.eq(field(w, op, "addr")), left.eq(field(w, op, "count")), value.eq(field(w, op, "value"))]
-        # the last write request is performed ML - 1 cycles later
-        wpend = [Signal(name=f"wpend{i}") for i in range(isa.MEM_LATENCY - 1)]
+        # the last write request is performed MEM_WRITE_LATENCY cycles later
+        wpend = [Signal(name=f"wpend{i}") for i in range(isa.MEM_WRITE_LATENCY)]
         m.d.sync += [wpend[i].eq(writing if i == 0 else wpend[i - 1]) for i in range(len(wpend))]
         m.d.comb += [self.busy.eq(writing | Cat(*wpend).any()), self.act_we.eq(writing),
                      self.act_addr.eq(Mux(writing, addr, 0)),

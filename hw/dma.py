@@ -3,7 +3,7 @@
 LOAD (external -> ACT / WGT / PARAM): one read request per row (`len = row_beats`), one
 request per cycle while `ready`; beats come back in order, one per cycle, `Lm` cycles
 after their request. Each beat is registered with its on-chip address and requested as a
-write the next cycle (the memory performs it MEM_LATENCY - 1 cycles later). With an
+write the next cycle (the memory performs it MEM_WRITE_LATENCY cycles later). With an
 always-ready memory the unit is busy for `LOAD_OVERHEAD + Lm + rows*row_beats` cycles.
 
 STORE (ACT -> external): the engine reads one ACT line per cycle into a small FIFO
@@ -29,8 +29,10 @@ from hwc import isa
 from .loop import loop2d
 from .params import DRAM_ADDR_BITS, LEN_BITS, TileParams, field
 
-STORE_FIFO_DEPTH = 4
 ML = isa.MEM_LATENCY
+WL = isa.MEM_WRITE_LATENCY
+#: ML reads in flight and one beat waiting to be posted fit, with one entry to spare: a read per cycle
+STORE_FIFO_DEPTH = ML + 2
 
 
 class LoadEngine(wiring.Component):
@@ -82,9 +84,9 @@ class LoadEngine(wiring.Component):
                      self.param_we.eq(wv & (mem == isa.Mem.PARAM))]
         with m.If(self.rd_valid & self.rd_ready & req.last):
             m.d.sync += req_active.eq(0)
-        # the last write request is performed by the memory ML - 1 cycles later: busy until then
-        done = [Signal(name=f"done{i}") for i in range(ML - 1)]
-        m.d.sync += [done[i].eq((wv & wlast) if i == 0 else done[i - 1]) for i in range(ML - 1)]
+        # the last write request is performed by the memory WL cycles later: busy until then
+        done = [Signal(name=f"done{i}") for i in range(WL)]
+        m.d.sync += [done[i].eq((wv & wlast) if i == 0 else done[i - 1]) for i in range(WL)]
         with m.If(done[-1] if done else (wv & wlast)):
             m.d.sync += busy.eq(0)
         with m.If(self.start):

@@ -5,17 +5,21 @@ slot, counting requests in flight: a slot is taken at the request and freed by t
 of the instruction in it, so the FIFO can never overflow and instruction k is requested
 at `max(start + k, issue(k - fifo_depth) + 1)` (docs/tile.md section 4).
 
-Pre-decode (PREDECODE_STAGES = 5 register stages between the imem data and the FIFO
-write) computes the instruction's error code once, so the issue stage only looks at two
-bits: every address an instruction will touch lies in a 2-D range
-`base + i*so + j*si` (i < n_o, j < n_i), whose extremes are at its corners:
-  stage 1: per opcode, up to three ranges (base, n_o - 1, so, n_i - 1, si, base - limit),
-           zero counts, bad LOAD.mem / VEC.op, GEMM.dw/skip set (this RTL has no depthwise mode),
-           GEMM.wblk and PPU/VEC.param limits
-  stage 2: (n_o - 1)*so and (n_i - 1)*si per range, as two 18x18-sized partial products each
-  stage 3: the products
-  stage 4: base + min(0, po) and base - limit + max(0, po)
-  stage 5: lowest = .. + min(0, pi) < 0 or highest - limit = .. + max(0, pi) >= 0 -> the error code
+Pre-decode (PREDECODE_STAGES = 8 register stages between the imem data and the FIFO write)
+computes the instruction's error code once, so the issue stage only looks at two bits: every
+address an instruction will touch lies in a 2-D range `base + i*so + j*si` (i < n_o, j < n_i),
+whose extremes are at its corners (stage k is the k-th register after the imem data):
+  stage 1: the instruction word, registered as it arrives
+  stage 2: per opcode, up to three ranges (base, n_o - 1, so, n_i - 1, si, limit),
+           zero counts, bad LOAD.mem / VEC.op, GEMM.dw/skip set (this RTL has no depthwise
+           mode), GEMM.wblk and PPU/VEC.param limits
+  stages 3, 4: (n_o - 1)*so and (n_i - 1)*si per range, as two 18x18-sized partial products each
+           (registered multipliers, hw/dsp.py: the operands in stage 3, the products in stage 4);
+           base - limit in stage 3
+  stage 5: the partial products again (the route away from the DSP block is a stage of its own)
+  stage 6: the products
+  stage 7: base + min(0, po) and base - limit + max(0, po)
+  stage 8: lowest = .. + min(0, pi) < 0 or highest - limit = .. + max(0, pi) >= 0 -> the error code
   write  : into the FIFO
 The FIFO's head moves into a head register (with its unit decoded one-hot), from which the
 issue stage decides, so the issue decision starts from flip-flops. An instruction arrives
@@ -32,13 +36,14 @@ from amaranth.lib.wiring import In, Out
 
 from hwc import isa
 
+from . import dsp
 from .params import DRAM_ADDR_BITS, PC_BITS, TileParams, field, opcode
 
 PREDECODE_STAGES = isa.PREDECODE_STAGES
 #: the head instruction's unit, one-hot in this order (NOP sets none)
 KINDS = {"load": (isa.Op.LOAD,), "store": (isa.Op.STORE,), "gemm": (isa.Op.GEMM,),
          "compute": (isa.Op.PPU, isa.Op.VEC, isa.Op.FILL), "finish": (isa.Op.FINISH,)}
-assert PREDECODE_STAGES == 5, "Fetch below is written with five pre-decode register stages"
+assert PREDECODE_STAGES == 8 and dsp.LATENCY == 2, "Fetch below is written with eight pre-decode stages"
 N_RANGES = 3
 BASE_W, COUNT_W, STRIDE_W = DRAM_ADDR_BITS + 1, 16, 26
 PROD_W = COUNT_W + STRIDE_W
@@ -150,7 +155,9 @@ class Fetch(wiring.Component):
             m.d.sync += [base.eq(self.prog_addr), next_k.eq(0), credits.eq(depth)]
 
         # ---- pre-decode ----
-        w = self.imem_data
+        # stage 1 registers the instruction as it arrives; the checks start from that register
+        w = Signal(isa.INSN_BITS, name="w_in", reset_less=True)
+        m.d.sync += w.eq(self.imem_data)
         op = opcode(w)
         ranges, flags = _ranges(w, p), _flags(w, p)
         legal = Const(0, 1)
@@ -168,7 +175,7 @@ class Fetch(wiring.Component):
             return out
 
         vs = delayed(self.imem_data_valid, "v", S, reset_less=False)
-        ws = delayed(w, "w", S)
+        ws = delayed(self.imem_data, "w", S)
         with m.If(self.start):
             m.d.sync += [v.eq(0) for v in vs]
         ill1, bad1, sc1 = Signal(), Signal(), Signal()
@@ -179,14 +186,14 @@ class Fetch(wiring.Component):
                     m.d.sync += [bad1.eq(bad), sc1.eq(sc)]
             with m.Default():
                 m.d.sync += [bad1.eq(0), sc1.eq(0)]
-        ill4, bad4, sc4 = (delayed(f, nm, 3)[-1] for f, nm in ((ill1, "ill"), (bad1, "bad"), (sc1, "sc")))
+        ill6, bad6, sc6 = (delayed(f, nm, 5)[-1] for f, nm in ((ill1, "ill"), (bad1, "bad"), (sc1, "sc")))
 
         oor = Const(0, 1)
         for r in range(N_RANGES):
-            # stage 1: the range's descriptor, selected by opcode
+            # stage 2: the range's descriptor, selected by opcode
             act = Signal(name=f"r{r}_act")
             base1 = Signal(BASE_W, name=f"r{r}_base", reset_less=True)
-            bml1 = Signal(signed(BASE_W + 2), name=f"r{r}_bml", reset_less=True)
+            lim1 = Signal(BASE_W, name=f"r{r}_lim", reset_less=True)
             nom1 = Signal(signed(COUNT_W), name=f"r{r}_nom1", reset_less=True)
             nim1 = Signal(signed(COUNT_W), name=f"r{r}_nim1", reset_less=True)
             so1 = Signal(signed(STRIDE_W), name=f"r{r}_so", reset_less=True)
@@ -196,39 +203,43 @@ class Fetch(wiring.Component):
                     with m.Case(o):
                         if r < len(rl):
                             b, no, so, ni, si, limit = rl[r]
-                            m.d.sync += [act.eq(1), base1.eq(b), bml1.eq(b - limit), nom1.eq(no - 1),
+                            m.d.sync += [act.eq(1), base1.eq(b), lim1.eq(limit), nom1.eq(no - 1),
                                          nim1.eq(ni - 1), so1.eq(so), si1.eq(si)]
                         else:
                             m.d.sync += act.eq(0)
                 with m.Default():
                     m.d.sync += act.eq(0)
-            act4 = delayed(act, f"r{r}_act", 3)[-1]
-            base3 = delayed(base1, f"r{r}_base", 2)[-1]
-            bml3 = delayed(bml1, f"r{r}_bml", 2)[-1]
-            # stages 2 and 3: (n - 1) * stride, as two 18x18-sized partial products and their sum
+            act6 = delayed(act, f"r{r}_act", 5)[-1]
+            base5 = delayed(base1, f"r{r}_base", 4)[-1]
+            bml2 = Signal(signed(BASE_W + 2), name=f"r{r}_bml", reset_less=True)  # base - limit, a stage later
+            m.d.sync += bml2.eq(base1 - lim1)
+            bml5 = delayed(bml2, f"r{r}_bml", 3)[-1]
+            # stages 3 to 6: (n - 1) * stride, as two 18x18-sized partial products (registered multipliers,
+            # hw/dsp.py: operands in stage 3, products in stage 4), the products again, their sum
             prods = []
             for nm, cnt, stride in (("o", nom1, so1), ("i", nim1, si1)):
                 lo_p = Signal(signed(COUNT_W + LO_BITS + 1), name=f"r{r}_p{nm}lo", reset_less=True)
                 hi_p = Signal(signed(COUNT_W + STRIDE_W - LO_BITS), name=f"r{r}_p{nm}hi", reset_less=True)
                 prod = Signal(signed(PROD_W), name=f"r{r}_p{nm}", reset_less=True)
-                m.d.sync += [lo_p.eq(cnt * stride[:LO_BITS]), hi_p.eq(cnt * stride[LO_BITS:].as_signed()),
+                m.d.sync += [lo_p.eq(dsp.regmul(m, f"mul{r}{nm}lo", cnt, stride[:LO_BITS])[:len(lo_p)]),
+                             hi_p.eq(dsp.regmul(m, f"mul{r}{nm}hi", cnt, stride[LO_BITS:].as_signed())[:len(hi_p)]),
                              prod.eq(lo_p + (hi_p << LO_BITS))]
                 prods.append(prod)
-            po3, pi3 = prods
-            # stage 4: base + the outer extreme; stage 5: + the inner extreme, compared
-            lo4 = Signal(signed(SUM_W), name=f"r{r}_lo4", reset_less=True)
-            hi4 = Signal(signed(SUM_W), name=f"r{r}_hi4", reset_less=True)
-            pi4 = Signal(signed(PROD_W), name=f"r{r}_pi4", reset_less=True)
-            m.d.sync += [lo4.eq(base3 + Mux(po3 < 0, po3, 0)), hi4.eq(bml3 + Mux(po3 > 0, po3, 0)), pi4.eq(pi3)]
-            lo = lo4 + Mux(pi4 < 0, pi4, 0)
-            hi = hi4 + Mux(pi4 > 0, pi4, 0)
-            oor = oor | (act4 & ((lo < 0) | (hi >= 0)))
+            po5, pi5 = prods
+            # stage 7: base + the outer extreme; stage 8: + the inner extreme, compared
+            lo6 = Signal(signed(SUM_W), name=f"r{r}_lo6", reset_less=True)
+            hi6 = Signal(signed(SUM_W), name=f"r{r}_hi6", reset_less=True)
+            pi6 = Signal(signed(PROD_W), name=f"r{r}_pi6", reset_less=True)
+            m.d.sync += [lo6.eq(base5 + Mux(po5 < 0, po5, 0)), hi6.eq(bml5 + Mux(po5 > 0, po5, 0)), pi6.eq(pi5)]
+            lo = lo6 + Mux(pi6 < 0, pi6, 0)
+            hi = hi6 + Mux(pi6 > 0, pi6, 0)
+            oor = oor | (act6 & ((lo < 0) | (hi >= 0)))
 
         E = isa.ErrorCode
-        err5 = Signal(isa.ERROR_CODE_BITS)
-        m.d.sync += err5.eq(Mux(ill4, E.ILLEGAL_OPCODE, Mux(bad4, E.BAD_FIELD, Mux(oor | sc4, E.OUT_OF_RANGE,
+        err8 = Signal(isa.ERROR_CODE_BITS)
+        m.d.sync += err8.eq(Mux(ill6, E.ILLEGAL_OPCODE, Mux(bad6, E.BAD_FIELD, Mux(oor | sc6, E.OUT_OF_RANGE,
                                                                                      E.NONE))))
-        m.d.comb += [fifo.w_en.eq(vs[-1]), fifo.w_data.eq((err5 << isa.INSN_BITS) | ws[-1]),
+        m.d.comb += [fifo.w_en.eq(vs[-1]), fifo.w_data.eq((err8 << isa.INSN_BITS) | ws[-1]),
                      self.busy.eq((outstanding != 0) | Cat(*vs).any())]
 
         # ---- head register: the issue stage decides from registers only ----

@@ -1,7 +1,8 @@
 """The GEMM engine: a two-stage pipeline (weight preload, line stream) around the MAC array.
 
-On-chip memories register their inputs: data comes ML = MEM_LATENCY = 2 cycles after a
-read request, and a write request is performed ML - 1 = 1 cycle later.
+On-chip memories: data comes ML = MEM_LATENCY = 3 cycles after a read request (registered
+address, block RAM, registered data), and a write request is performed WL = MEM_WRITE_LATENCY
+= 1 cycle later.
 
 Stage 1 (preload) owns the shadow weights: issued GEMM k reads its block's N WGT rows,
 one per cycle (issue+1 .. issue+N), into the array's shadow registers (each row lands ML
@@ -12,16 +13,19 @@ last read; so `stream_start(k) = max(issue(k) + N + 1, stream_end(k-1))` (GEMM_S
 the swap happens ML cycles after the first line's read, when the last row has landed), and
 the engine accepts the next GEMM from `stream_start(k)` on (stage 1 is empty again).
 
-A line read (requested) in cycle c flows through (one register per step, L = log2 N):
-  c+2    ACT data -> x register; for a GEMM's first line, shadow -> active (swap)
-  c+3    N*N multipliers (MacArray), then L adder-tree levels: dot valid in c+4+L
-  c+L+1  ACC read request for the line's accumulator address; data in c+L+3 -> old register
-  c+L+4  sum = (reset ? 0 : old or a forwarded sum) + dot, ACC write request
-  c+L+5  the ACC write is performed
-so the engine is idle GEMM_LATENCY = L + 5 cycles after its last line read + 1.
+A line read (requested) in cycle c flows through (one register per step, L = log2 N,
+M = MAC_PIPE_STAGES = 3):
+  c+ML       ACT data -> x register; for a GEMM's first line, the swap (shadow -> active)
+  c+ML+1     x copied per array row (MacArray delays the swap to match)
+  c+ML+2     N*N multipliers (MacArray), products registered twice, then L adder-tree levels:
+             dot valid in c+ML+1+M+L
+  c+1+M+L    ACC read request for the line's accumulator address; data in c+ML+1+M+L -> old register
+  c+ML+2+M+L sum = (reset ? 0 : old or a forwarded sum) + dot, ACC write request
+  +WL        the ACC write is performed
+so the engine is idle GEMM_LATENCY = ML + 1 + M + L + WL cycles after its last line read + 1.
 
-Forwarding: an ACC read misses the writes of the three items ahead of it in the pipeline
-(not yet performed when it reads); their sums are kept in three registers and selected
+Forwarding: an ACC read misses the writes of the ML + 1 items ahead of it in the pipeline
+(not yet performed when it reads); their sums are kept in ML + 1 registers and selected
 when their address matches (newest first), so consecutive lines may accumulate into the
 same ACC line every cycle (global average pooling) with no spacing in the program.
 """
@@ -36,10 +40,11 @@ from hwc import isa
 
 from .loop import loop2d
 from .mac import MacArray, dot_bits
-from .params import TileParams, bits_for, field
+from .params import DUP, TileParams, bits_for, field
 
 OP = isa.Op.GEMM
-ML = isa.MEM_LATENCY  # on-chip memories: data ML cycles after the request (registered inputs + block RAM)
+ML = isa.MEM_LATENCY  # on-chip memories: data ML cycles after a read request (registered address, RAM, data)
+WL = isa.MEM_WRITE_LATENCY  # ... and a write request is performed WL cycles later
 
 
 class GemmEngine(wiring.Component):
@@ -114,7 +119,7 @@ class GemmEngine(wiring.Component):
         kr = kx + mac.latency - ML    # ACC read request, so that its data arrives with the dot product
         kd = kr + ML                  # ACC data arrives: old register, forwarding selects
         ka = kd + 1                   # dot product valid: sum and ACC write request
-        depth = ka + (ML - 1)         # ... which the memory performs ML - 1 cycles later
+        depth = ka + WL               # ... which the memory performs WL cycles later
         assert kx + 1 + mac.latency == ka
         tv = [Signal(name=f"t{k}_valid") for k in range(depth + 1)]
         ta = [Signal(p.acc_bits, name=f"t{k}_acc", reset_less=True) for k in range(depth + 1)]
@@ -129,9 +134,9 @@ class GemmEngine(wiring.Component):
         m.d.comb += [mac.x.eq(xreg), mac.swap.eq(tf[kx])]
 
         # ---- accumulator read-modify-write with forwarding ----
-        # The ACC read of item i happens ML - 1 cycles after its request and misses the writes of the
+        # The block RAM reads for item i one cycle after its request and misses the writes of the
         # FWD = ML + 1 items ahead of it (requested in the cycles up to its own ACC data cycle, performed
-        # ML - 1 cycles later); their sums are kept and selected, newest first, when the address matches.
+        # WL = 1 cycle later); their sums are kept and selected, newest first, when the address matches.
         fwd_n = ML + 1
         m.d.comb += self.acc_raddr.eq(tv[kr].replicate(p.acc_bits) & ta[kr])
         old = Signal(p.acc_line_bits, reset_less=True)
@@ -139,17 +144,19 @@ class GemmEngine(wiring.Component):
         sums = [Signal(p.acc_line_bits, name=f"sum{k}", reset_less=True) for k in range(fwd_n)]
         svalid = [Signal(name=f"sum{k}_valid") for k in range(fwd_n)]
         saddr = [Signal(p.acc_bits, name=f"sum{k}_acc", reset_less=True) for k in range(fwd_n)]
-        fwd = [Signal(name=f"fwd{k}") for k in range(fwd_n)]
-        m.d.sync += [old.eq(self.acc_rdata), sums[0].eq(new), svalid[0].eq(tv[ka]), saddr[0].eq(ta[ka]),
-                     fwd[0].eq(tv[ka] & (ta[ka] == ta[kd]))]
+        m.d.sync += [old.eq(self.acc_rdata), sums[0].eq(new), svalid[0].eq(tv[ka]), saddr[0].eq(ta[ka])]
         for k in range(1, fwd_n):
-            m.d.sync += [sums[k].eq(sums[k - 1]), svalid[k].eq(svalid[k - 1]), saddr[k].eq(saddr[k - 1]),
-                         fwd[k].eq(svalid[k - 1] & (saddr[k - 1] == ta[kd]))]
+            m.d.sync += [sums[k].eq(sums[k - 1]), svalid[k].eq(svalid[k - 1]), saddr[k].eq(saddr[k - 1])]
         db = dot_bits(p)
         for r in range(n):
+            # the selects of the sum's first operand, registered once per lane (each drives 32 bits)
+            zero = Signal(name=f"zero{r}", attrs=DUP)
+            fwd = [Signal(name=f"fwd{r}_{k}", attrs=DUP) for k in range(fwd_n)]
+            m.d.sync += [zero.eq(tr[ka - 1]), fwd[0].eq(tv[ka] & (ta[ka] == ta[kd]))]
+            m.d.sync += [fwd[k].eq(svalid[k - 1] & (saddr[k - 1] == ta[kd])) for k in range(1, fwd_n)]
             lane = slice(32 * r, 32 * r + 32)
             prev = Signal(signed(32), name=f"prev{r}")
-            with m.If(tr[ka]):
+            with m.If(zero):
                 m.d.comb += prev.eq(0)
             for k in range(fwd_n):
                 with m.Elif(fwd[k]):

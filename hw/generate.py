@@ -3,7 +3,8 @@
 Outputs, written atomically (a temporary directory next to the outputs, then one
 `os.replace` per file) and deterministically (no source paths, no timestamps: the same
 target gives a byte-identical tile.v):
-  tile.v     the whole tile, top module `tile` (clock `clk`, synchronous reset `rst`)
+  tile.v     the whole tile, top module `tile` (clock `clk`, synchronous reset `rst`), and the
+             registered multiplier module `hwc_mul18` it instantiates (hw/dsp.py)
   tile.json  ports with directions and widths, parameters, timing constants, the canonical
              configuration name (target['derived']['config_name']) and tile.v's SHA-256
 """
@@ -24,6 +25,7 @@ from amaranth.lib import wiring
 
 from hwc import isa
 
+from . import dsp
 from .params import TileParams
 from .tile import Tile
 
@@ -40,7 +42,9 @@ def ports_of(component: wiring.Component) -> list[dict]:
 
 def verilog_text(target: dict) -> tuple[str, Tile]:
     tile = Tile(target)
-    return verilog.convert(tile, name=TOP, emit_src=False, strip_internal_attrs=True), tile
+    with dsp.as_instances():  # every multiplier an instance of hwc_mul18, defined at the end
+        text = verilog.convert(tile, name=TOP, emit_src=False, strip_internal_attrs=True)
+    return text + dsp.VERILOG, tile
 
 
 def describe(target: dict, tile: Tile, text: str) -> dict:

@@ -4,14 +4,16 @@ Dataflow (docs/tile.md section 1): the array holds an *active* weight block W[N]
 (row r = output channel r, column c = input channel c) and a *shadow* block that is
 written one row per cycle (`row_we`, `row_idx`, `row_data`) while the active block is in
 use. `swap` copies shadow -> active at the end of the cycle, so the line presented in the
-next cycle already uses the new block.
+next cycle already uses the new block (the multipliers register x and the weights together).
 
-Pipeline (all registered, no combinational path from input to output):
-  cycle c      : x and the active weights go into N*N 8x8 signed multipliers -> product regs
-  cycles c+1.. : log2(N) adder-tree levels, one register per level (an 8x8 array: 3 levels)
+Pipeline (all registered, no combinational path from input to output; MAC_PIPE_STAGES = 3):
+  cycles c, c+1: x and the active weights into N*N registered 8x8 signed multipliers (hw/dsp.py:
+                 operands registered, then the product; on ECP5 both registers are the DSP block's)
+  cycle c+2    : the products again (the route away from a DSP block is a stage of its own)
+  cycles c+3.. : log2(N) adder-tree levels, one register per level (an 8x8 array: 3 levels)
   cycle c+LATENCY: `dot[r]` = sum_c W[r][c] * x[c] (16 + log2 N bits, signed) is valid.
-One register per tree level keeps every stage to one carry chain (the Fmax goal is 150 MHz
-on ECP5); the latency only adds a constant to GEMM_LATENCY (hwc.isa.Timing).
+One register per tree level keeps every stage to one carry chain; the latency only adds a
+constant to GEMM_LATENCY (hwc.isa.Timing).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from amaranth.hdl import Array, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from hwc import isa
+
+from . import dsp
 from .params import TileParams
 
 PRODUCT_BITS = 16
@@ -32,7 +37,7 @@ def dot_bits(p: TileParams) -> int:
 class MacArray(wiring.Component):
     def __init__(self, p: TileParams):
         self.p = p
-        self.latency = 1 + p.tree_levels
+        self.latency = isa.MAC_PIPE_STAGES + p.tree_levels
         super().__init__({
             "row_we": In(1),
             "row_idx": In(range(p.n)),
@@ -53,13 +58,14 @@ class MacArray(wiring.Component):
             m.d.sync += [a.eq(s) for a, s in zip(active, shadow)]
 
         db = dot_bits(self.p)
+        assert isa.MAC_PIPE_STAGES == dsp.LATENCY + 1, "MacArray: the registered multiplier, then one register"
         for r in range(n):
             level = []
             for c in range(n):
-                prod = Signal(signed(PRODUCT_BITS), name=f"p{r}_{c}", reset_less=True)
                 w = active[r][8 * c:8 * c + 8].as_signed()
                 x = self.x[8 * c:8 * c + 8].as_signed()
-                m.d.sync += prod.eq(w * x)
+                prod = Signal(signed(PRODUCT_BITS), name=f"q{r}_{c}", reset_less=True)
+                m.d.sync += prod.eq(dsp.regmul(m, f"mul{r}_{c}", w, x)[:PRODUCT_BITS])
                 level.append(prod)
             depth = 0
             while len(level) > 1:

@@ -21,6 +21,9 @@ LEN_BITS = isa.LAYOUT[isa.Op.LOAD]["row_beats"][1].width
 PC_BITS = DRAM_ADDR_BITS
 #: Width of the cycle counter.
 CYCLE_BITS = 32
+#: Attributes of a register that duplicates another one on purpose (a copy per consumer, so a
+#: high-fanout or long net is split; hw/synth.py keeps yosys from merging the copies again).
+DUP = {"hwc_dup": 1}
 
 
 def bits_for(n: int) -> int:

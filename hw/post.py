@@ -12,20 +12,25 @@ each lane has one 34x32 multiplier, built from four 17x16 partial products (each
 18x18 DSP) with registers between the partial products and every 64-bit adder.
 
 Pipe stages (input in cycle c, one register each, every stage at most one carry chain or
-a few LUT levels; y valid in cycle c + PIPE_LATENCY = c + 11):
+a few LUT levels; y valid in cycle c + PIPE_LATENCY = c + 13):
   S0 the block RAM's read data                   S1 X = operand + addend (34 bit), M select
-  S2 four partial products (DSP)                 S3 two partial sums
-  S4 p = sum (64 bit)                            S5 v = p (+ v of the previous token: VEC ADD)
-  S6/S7 a = v >> (s-1) (arithmetic, by 8s, then by 1s)   S8 a saturated to 11 bits
-  S9 t = ((a + 1) >> 1) + z_out (the rounding: floor((v + 2**(s-1)) / 2**s) == (a + 1) >> 1)
-  S10 y = clamp(t, lo, hi), or max(a, b)
+  S2/S3 four partial products, each a registered multiplier (hw/dsp.py: the operands registered
+     in S2, the product in S3; on ECP5 both are the DSP block's own registers)
+  S4 the products again (the route away from the DSP block is a stage of its own)
+  S5 two partial sums                            S6 p = sum (64 bit)
+  S7 v = p (+ v of the previous token: VEC ADD)
+  S8/S9 a = v >> (s-1) (arithmetic, by 8s, then by 1s)   S10 a saturated to 11 bits
+  S11 t = ((a + 1) >> 1) + z_out (the rounding: floor((v + 2**(s-1)) / 2**s) == (a + 1) >> 1)
+  S12 y = clamp(t, lo, hi), or max(a, b)
+The per-token controls (VEC or PPU, a or b operand) travel with the token in every lane, so no
+control net fans out to all lanes.
 
 `PostEngine` sequences an instruction: it reads the PARAM entry (PARAM_ENTRY_BEATS beats,
 one per cycle), prepares the lane parameters in one cycle, then streams:
   PPU: one ACC line read per cycle; the result is written to ACT PIPE_LATENCY + 1 cycles
        after its read, through the compute ACT port.
   VEC: frames of three cycles on the single compute ACT port: read a, read b, write
-       (the result of an earlier frame). MEM_LATENCY + PIPE_LATENCY = 13 = 1 (mod 3) puts every
+       (the result of an earlier frame). MEM_LATENCY + PIPE_LATENCY = 16 = 1 (mod 3) puts every
        result write exactly on a write slot, so reads and writes never collide.
 """
 
@@ -38,12 +43,14 @@ from amaranth.lib.wiring import In, Out
 from hwc import isa
 from hwc.quant import arith
 
+from . import dsp
 from .loop import loop2d
-from .params import TileParams, field
+from .params import DUP, TileParams, field
 
 PIPE_LATENCY = isa.POST_PIPE_STAGES
-assert PIPE_LATENCY == 11, "PostPipe below is written with eleven register stages"
+assert PIPE_LATENCY == 13 and dsp.LATENCY == 2, "PostPipe below is written with thirteen register stages"
 ML = isa.MEM_LATENCY
+WL = isa.MEM_WRITE_LATENCY
 SAT_BITS = 10  # r saturated to about 10 bits before + z_out: any |r| > 511 clamps the same way
 
 
@@ -87,15 +94,14 @@ class PostPipe(wiring.Component):
         for k in range(L):
             m.d.sync += [v[k + 1].eq(v[k]), tag[k + 1].eq(tag[k])]
         m.d.comb += [self.out_valid.eq(v[L]), self.out_tag.eq(tag[L]), self.busy.eq(Cat(*v[1:]).any())]
-        # the "second" flag travels with its token to S5 (computed in cycle +5)
-        sec = [Signal(name=f"sec{k}") for k in range(6)]
-        m.d.comb += sec[0].eq(self.in_vec & self.in_second)
-        for k in range(5):
-            m.d.sync += sec[k + 1].eq(sec[k])
-        sec1 = Signal()
-        m.d.sync += sec1.eq(sec[0])
-
         for lane in range(n):
+            # the token's controls, per lane: VEC (used in S1) and the "second" flag (S1 and S7)
+            vec = Signal(name=f"vec{lane}", attrs=DUP)
+            m.d.sync += vec.eq(self.in_vec)
+            sec = [Signal(name=f"sec{lane}_{k}", attrs=DUP) for k in range(8)]
+            m.d.comb += sec[0].eq(self.in_vec & self.in_second)
+            m.d.sync += [sec[k + 1].eq(sec[k]) for k in range(7)]
+            sec1 = sec[1]
             bias = self.bias[32 * lane:32 * lane + 32].as_signed()
             mult = self.mult[32 * lane:32 * lane + 32].as_signed()
             shm1 = self.shm1[6 * lane:6 * lane + 6]
@@ -108,7 +114,7 @@ class PostPipe(wiring.Component):
             mm = Signal(signed(32), name=f"m{lane}", reset_less=True)
             ppu_x = Signal(signed(32), name=f"ppux{lane}", reset_less=True)
             m.d.comb += ppu_x.eq(acc + bias)  # wraps to 32 bits (int32 + int32 in numpy)
-            with m.If(self.in_vec):
+            with m.If(vec):
                 m.d.sync += [x.eq(a8 - Mux(sec1, self.zb, self.za)), mm.eq(Mux(sec1, self.mb, self.ma))]
             with m.Else():
                 m.d.sync += [x.eq(ppu_x), mm.eq(mult)]
@@ -119,30 +125,33 @@ class PostPipe(wiring.Component):
             m.d.sync += mx[0].eq(Mux(a_hold > a8, a_hold, a8))
             for k in range(L - 3):
                 m.d.sync += mx[k + 1].eq(mx[k])
-            # S2: partial products of X = xh*2**17 + xl (xl unsigned) and M = mh*2**16 + ml (ml unsigned)
+            # S2/S3: partial products of X = xh*2**17 + xl (xl unsigned) and M = mh*2**16 + ml (ml unsigned),
+            # each a registered multiplier (operands registered in S2, the product in S3; hw/dsp.py)
             xl, xh = x[:17], x[17:].as_signed()
             ml, mh = mm[:16], mm[16:].as_signed()
-            pll = Signal(unsigned(33), name=f"pll{lane}", reset_less=True)
-            plh = Signal(signed(34), name=f"plh{lane}", reset_less=True)
-            phl = Signal(signed(34), name=f"phl{lane}", reset_less=True)
-            phh = Signal(signed(33), name=f"phh{lane}", reset_less=True)
-            m.d.sync += [pll.eq(xl * ml), plh.eq(xl * mh), phl.eq(xh * ml), phh.eq(xh * mh)]
-            # S3
+            pp = []
+            for nm, a, b, shape in (("ll", xl, ml, unsigned(33)), ("lh", xl, mh, signed(34)),
+                                    ("hl", xh, ml, signed(34)), ("hh", xh, mh, signed(33))):
+                p1 = Signal(shape, name=f"p{nm}{lane}", reset_less=True)  # S4
+                m.d.sync += p1.eq(dsp.regmul(m, f"mul{nm}{lane}", a, b)[:len(p1)])
+                pp.append(p1)
+            pll, plh, phl, phh = pp
+            # S5
             sa = Signal(signed(64), name=f"sa{lane}", reset_less=True)
             sb = Signal(signed(64), name=f"sb{lane}", reset_less=True)
             m.d.sync += [sa.eq(pll + (plh << 16)), sb.eq((phl + (phh << 16)) << 17)]
-            # S4
+            # S6
             p = Signal(signed(64), name=f"p{lane}", reset_less=True)
             m.d.sync += p.eq(sa + sb)
-            # S5: VEC ADD sums the two operands' products (a's token came one cycle earlier)
+            # S7: VEC ADD sums the two operands' products (a's token came one cycle earlier)
             vv = Signal(signed(64), name=f"vv{lane}", reset_less=True)
-            m.d.sync += vv.eq(p + Mux(sec[5], vv, 0))
-            # S6/S7: a = v >> (s - 1) (arithmetic: by the multiple-of-8 part, then the rest). Rounding:
+            m.d.sync += vv.eq(p + Mux(sec[7], vv, 0))
+            # S8/S9: a = v >> (s - 1) (arithmetic: by the multiple-of-8 part, then the rest). Rounding:
             # floor((v + 2**(s-1)) / 2**s) == (a + 1) >> 1, so no 64-bit rounding adder is needed.
             a1 = Signal(signed(64), name=f"a1_{lane}", reset_less=True)
             av = Signal(signed(64), name=f"a{lane}_", reset_less=True)
             m.d.sync += [a1.eq(vv >> Cat(C(0, 3), shm1[3:])), av.eq(a1 >> shm1[:3])]
-            # S8: a saturated to SAT_BITS + 1 bits (r = (a + 1) >> 1 then fits SAT_BITS + 1, and any
+            # S10: a saturated to SAT_BITS + 1 bits (r = (a + 1) >> 1 then fits SAT_BITS + 1, and any
             # r beyond +-2**(SAT_BITS-1) clamps to lo/hi exactly as the exact r does)
             asat = Signal(signed(SAT_BITS + 1), name=f"asat{lane}", reset_less=True)
             top = av[SAT_BITS:]
@@ -153,17 +162,20 @@ class PostPipe(wiring.Component):
                 m.d.sync += asat.eq(smin)
             with m.Else():
                 m.d.sync += asat.eq(smax)
-            # S9: r = (a + 1) >> 1, + z_out
+            # S11: r = (a + 1) >> 1, + z_out
             t = Signal(signed(SAT_BITS + 2), name=f"t{lane}", reset_less=True)
             m.d.sync += t.eq(((asat + 1) >> 1) + self.z_out)
-            # S10: clamp to [lo, hi] (numpy's clip: max with lo, then min with hi), or the max
-            t_lo = Signal(signed(SAT_BITS + 2), name=f"tlo{lane}")
+            # S12: clamp to [lo, hi] as numpy's clip (max with lo, then min with hi), or the max. The three
+            # comparisons run side by side: max(t, lo) > hi exactly when t > hi or lo > hi.
             y = Signal(signed(8), name=f"y{lane}", reset_less=True)
-            m.d.comb += t_lo.eq(Mux(t < self.lo, self.lo, t))
             with m.If(self.op_max):
                 m.d.sync += y.eq(mx[-1])
+            with m.Elif((t > self.hi) | (self.lo > self.hi)):
+                m.d.sync += y.eq(self.hi)
+            with m.Elif(t < self.lo):
+                m.d.sync += y.eq(self.lo)
             with m.Else():
-                m.d.sync += y.eq(Mux(t_lo > self.hi, self.hi, t_lo))
+                m.d.sync += y.eq(t)
             m.d.comb += self.y[8 * lane:8 * lane + 8].eq(y)
         return m
 
@@ -302,8 +314,8 @@ class PostEngine(wiring.Component):
                                           Mux(vec_a | vec_b, rd_addr, 0)))]
 
         # ---- DRAIN: idle once the last result is written ----
-        wpend = [Signal(name=f"wpend{i}") for i in range(ML - 1)]  # write requests not yet performed
-        m.d.sync += [wpend[i].eq(pipe.out_valid if i == 0 else wpend[i - 1]) for i in range(ML - 1)]
+        wpend = [Signal(name=f"wpend{i}") for i in range(WL)]  # write requests not yet performed
+        m.d.sync += [wpend[i].eq(pipe.out_valid if i == 0 else wpend[i - 1]) for i in range(WL)]
         pipe_busy = Cat(*tvs, *wpend).any() | pipe.busy
         with m.If((state == DRAIN) & ~pipe_busy):
             m.d.sync += state.eq(IDLE)

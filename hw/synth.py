@@ -12,6 +12,13 @@ registered levels) into one pin. Nothing of the tile can be optimized away, the 
 adds no path slower than a LUT level, and the only unconstrained pins are clk, rst, sin
 and sout.
 
+For ECP5 the registered multiplier module `hwc_mul18` of tile.v is read again from
+dsp_ecp5.v (hw/dsp.py): a MULT18X18D with its own input and output registers.
+
+Registers the generator duplicates on purpose (one copy per consumer, to split a long or
+high-fanout net; attribute `hwc_dup`, hw/params.py DUP) get yosys' `keep` before synthesis,
+so opt_merge does not fold the copies back into one register.
+
 YoWASP tools run WebAssembly with a private /tmp: they are run with the build directory
 as their working directory and relative paths only.
 """
@@ -28,11 +35,15 @@ from pathlib import Path
 
 from hwc.errors import UserError
 
+from . import dsp
+
 DEVICES = ("ecp5-85k", "xc7")
 ECP5_ARGS = ["--85k", "--package", "CABGA381"]
 ECP5_AVAILABLE = {"TRELLIS_COMB": 83640, "TRELLIS_FF": 83640, "MULT18X18D": 156, "DP16KD": 208}
 WRAP = "synth_top"
 XOR_CHUNK = 16
+#: yosys commands run before synth_*: elaborate, then keep the deliberate register copies.
+PREP = f"hierarchy -top {WRAP}; proc; setattr -set keep 1 a:hwc_dup %ci1:+$dff[Q] t:$dff %i"
 
 
 class SynthError(UserError):
@@ -124,7 +135,7 @@ def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, pl
     out: dict = {"device": device, "target": info["target"], "config_name": info["config_name"],
                  "top": WRAP, "seconds": {}}
     if device == "xc7":
-        script = (f"read_verilog tile.v {WRAP}.v; synth_xilinx -family xc7 -top {WRAP}; "
+        script = (f"read_verilog tile.v {WRAP}.v; {PREP}; synth_xilinx -family xc7 -top {WRAP}; "
                   f"tee -q -o stat_xc7.json stat -json")
         step("yosys synth_xilinx")
         out["seconds"]["yosys"] = _run(build, "yosys", ["-p", script], "yosys_xc7.log")
@@ -133,7 +144,9 @@ def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, pl
         out["note"] = "resource estimate only (yosys synth_xilinx); no place-and-route for 7-series"
     else:
         freq = freq_mhz or 150
-        script = (f"read_verilog tile.v {WRAP}.v; synth_ecp5 -top {WRAP} -json tile_ecp5.json; "
+        (build / "dsp_ecp5.v").write_text(dsp.ECP5_VERILOG)
+        script = (f"read_verilog tile.v {WRAP}.v; read_verilog -overwrite dsp_ecp5.v; {PREP}; "
+                  f"synth_ecp5 -top {WRAP} -json tile_ecp5.json; "
                   f"tee -q -o stat_ecp5.json stat -json")
         step("yosys synth_ecp5")
         out["seconds"]["yosys"] = _run(build, "yosys", ["-p", script], "yosys_ecp5.log")

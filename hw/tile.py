@@ -16,11 +16,11 @@ in the cycle it reaches the head: `error`, `error_code` and `error_pc` (its inst
 index) are set, nothing of it is issued, fetch stops; instructions issued before it
 complete. The ACT DMA port is shared by LOAD-into-ACT and STORE: each waits for the other.
 
-Memories (sizes from the target; inputs registered, then the block RAM: read data
-MEM_LATENCY = 2 cycles after the request, a write performed one cycle after its request;
-old data when the port itself writes the address):
-  ACT   line_bits x act_lines, two read/write ports: A = compute unit, B = DMA (a read sees
-        the other port's same-cycle write: the block-RAM-mappable choice)
+Memories (sizes from the target; inputs registered, then the block RAM, then the read data
+registered: read data MEM_LATENCY = 3 cycles after the request, a write performed
+MEM_WRITE_LATENCY = 1 cycle after its request; a read of an address written in the same cycle
+is unspecified, see below):
+  ACT   line_bits x act_lines, two read/write ports: A = compute unit, B = DMA
   ACC   acc_line_bits x acc_lines, one read (GEMM RMW / PPU), one write (GEMM)
   WGT   two banks of line_bits x wgt_bank_blocks*N rows (ping-pong: LOAD writes one bank
         while GEMM preloads from the other; the bank is the top row-address bit)
@@ -39,7 +39,7 @@ from hwc import isa
 from .compute import ComputeUnit
 from .dma import LoadEngine, StoreEngine
 from .fetch import KINDS, Fetch
-from .params import CYCLE_BITS, DRAM_ADDR_BITS, LEN_BITS, PC_BITS, TileParams, wait_mask
+from .params import CYCLE_BITS, DRAM_ADDR_BITS, LEN_BITS, PC_BITS, TileParams, bits_for, wait_mask
 
 
 def tile_signature(p: TileParams) -> dict:
@@ -84,38 +84,51 @@ class Tile(wiring.Component):
         m.submodules.compute = cmp = ComputeUnit(p)
 
         # ---- memories ----
-        m.submodules.act = act = Memory(shape=p.line_bits, depth=p.act_lines, init=[])
-        m.submodules.acc = acc = Memory(shape=p.acc_line_bits, depth=p.acc_lines, init=[])
-        m.submodules.param = param = Memory(shape=p.beat_bits, depth=p.param_beats, init=[])
+        # A read of an address that is written in the same cycle (by another port, or by the same
+        # port) returns an unspecified value on the FPGA (`no_rw_check`: yosys adds no collision
+        # logic between the block RAM and its output register); the RTL simulation returns the old
+        # value. No engine depends on it: correct programs never read and write a line from two
+        # units in the same cycle, and the GEMM's ACC read-modify-write forwards every sum not yet
+        # written (hw/gemm.py), the one written in the cycle of the read included.
+        # Each memory's depth is rounded up to a power of two (PARAM: 5120 beats -> 8192 for tile8x8), so
+        # the block RAMs split it by width only: no multiplexer between block RAMs and the read register.
+        rw = {"no_rw_check": 1}
+
+        def memory(width, depth):
+            return Memory(shape=width, depth=1 << bits_for(depth), init=[], attrs=rw)
+
+        m.submodules.act = act = memory(p.line_bits, p.act_lines)
+        m.submodules.acc = acc = memory(p.acc_line_bits, p.acc_lines)
+        m.submodules.param = param = memory(p.beat_bits, p.param_beats)
         banks = []
         for b in range(2):
-            mem = Memory(shape=p.line_bits, depth=p.wgt_bank_rows, init=[])
+            mem = memory(p.line_bits, p.wgt_bank_rows)
             m.submodules[f"wgt{b}"] = mem
             banks.append(mem)
 
         # Every memory input (address, write data, write enable) is registered in front of the block
-        # RAM (MEM_LATENCY = 2): the engines compute addresses with a full cycle to spare, and the
-        # wide address nets to the many block RAMs of a memory start at flip-flops.
+        # RAM, and every read port's data behind it (MEM_LATENCY = 3): the engines compute addresses with
+        # a full cycle to spare, the wide address nets to the many block RAMs of a memory start at
+        # flip-flops, and a block RAM's slow output (about 6 ns on ECP5) only reaches a register beside it.
+        assert isa.MEM_LATENCY == 3 and isa.MEM_WRITE_LATENCY == 1, "the memories below have three read stages"
+
         def reg(value, name, reset_less=True):
             r = Signal(len(value), name=name, reset_less=reset_less)
             m.d.sync += r.eq(value)
             return r
 
-        # ACT: each port reads the old value when it writes the same address itself, and the new
-        # value when the *other* port writes it: block RAMs leave cross-port collisions undefined,
-        # and yosys implements "new" with a small bypass but cannot implement "old" (it would fall
-        # back to flip-flops). Correct programs never collide (a wait mask orders LOAD and compute).
+        # ACT: two read/write ports (A: compute, B: DMA)
         a_w, b_w = act.write_port(), act.write_port()
-        a_r, b_r = act.read_port(transparent_for=(b_w,)), act.read_port(transparent_for=(a_w,))
+        a_r, b_r = act.read_port(), act.read_port()
         a_addr = reg(cmp.act_addr, "act_a_addr")
         m.d.comb += [a_r.addr.eq(a_addr), a_w.addr.eq(a_addr), a_w.en.eq(reg(cmp.act_we, "act_a_we", False)),
-                     a_w.data.eq(reg(cmp.act_wdata, "act_a_wdata")), cmp.act_rdata.eq(a_r.data)]
+                     a_w.data.eq(reg(cmp.act_wdata, "act_a_wdata")), cmp.act_rdata.eq(reg(a_r.data, "act_a_rdata"))]
         b_addr = reg(Mux(load.act_we, load.waddr[:p.act_bits], store.act_addr), "act_b_addr")
         m.d.comb += [b_r.addr.eq(b_addr), b_w.addr.eq(b_addr), b_w.en.eq(reg(load.act_we, "act_b_we", False)),
-                     b_w.data.eq(reg(load.wdata, "act_b_wdata")), store.act_data.eq(b_r.data)]
+                     b_w.data.eq(reg(load.wdata, "act_b_wdata")), store.act_data.eq(reg(b_r.data, "act_b_rdata"))]
 
         c_r, c_w = acc.read_port(), acc.write_port()
-        m.d.comb += [c_r.addr.eq(reg(cmp.acc_raddr, "acc_raddr")), cmp.acc_rdata.eq(c_r.data),
+        m.d.comb += [c_r.addr.eq(reg(cmp.acc_raddr, "acc_raddr")), cmp.acc_rdata.eq(reg(c_r.data, "acc_rdata")),
                      c_w.addr.eq(reg(cmp.acc_waddr, "acc_waddr")), c_w.data.eq(reg(cmp.acc_wdata, "acc_wdata")),
                      c_w.en.eq(reg(cmp.acc_we, "acc_we", False))]
 
@@ -124,17 +137,17 @@ class Tile(wiring.Component):
         wgt_waddr = reg(load.waddr[:p.wgt_bits], "wgt_waddr")
         wgt_wdata = reg(load.wdata, "wgt_wdata")
         wgt_we = reg(load.wgt_we, "wgt_we", False)
-        rbank = reg(wgt_raddr[bank_bits], "wgt_rbank")
+        rbank = reg(reg(wgt_raddr[bank_bits], "wgt_rbank0"), "wgt_rbank")
         rdata = []
         for b, mem in enumerate(banks):
             r, wp = mem.read_port(), mem.write_port()
             m.d.comb += [r.addr.eq(wgt_raddr[:bank_bits]), wp.addr.eq(wgt_waddr[:bank_bits]),
                          wp.data.eq(wgt_wdata), wp.en.eq(wgt_we & (wgt_waddr[bank_bits] == b))]
-            rdata.append(r.data)
+            rdata.append(reg(r.data, f"wgt{b}_rdata"))  # per bank: each register beside its block RAMs
         m.d.comb += cmp.wgt_data.eq(Mux(rbank, rdata[1], rdata[0]))
 
         pr, pw = param.read_port(), param.write_port()
-        m.d.comb += [pr.addr.eq(reg(cmp.param_addr, "param_raddr")), cmp.param_data.eq(pr.data),
+        m.d.comb += [pr.addr.eq(reg(cmp.param_addr, "param_raddr")), cmp.param_data.eq(reg(pr.data, "param_rdata")),
                      pw.addr.eq(reg(load.waddr[:p.param_bits], "param_waddr")),
                      pw.data.eq(reg(load.wdata, "param_wdata")), pw.en.eq(reg(load.param_we, "param_we", False))]
 
@@ -152,35 +165,54 @@ class Tile(wiring.Component):
         running = Signal()
         pc = Signal(PC_BITS)
         busy = running | fetch.busy | load.busy | store.busy | cmp.busy
-        start = self.start & ~busy
+        # `start` is accepted when the tile was not busy in the previous cycle (nor started in it): a
+        # register, so the wide start logic does not wait for the busy signals of every unit
+        busy_q = Signal()
+        start = self.start & ~busy_q
+        m.d.sync += busy_q.eq(busy | start)
         m.d.comb += [self.busy.eq(busy), fetch.start.eq(start), fetch.run.eq(running),
                      fetch.prog_addr.eq(self.prog_addr)]
         with m.If(running):
             m.d.sync += self.cycles.eq(self.cycles + 1)
 
         # ---- issue ----
+        # The issue stage sees the units through registers (IDLE_LAG = 1): a unit's busy signal of the
+        # previous cycle, or an instruction issued to it in the previous cycle. So an instruction that
+        # waits for a unit (or needs it) issues at the earliest the cycle after the unit's end
+        # (docs/tile.md section 4); the issue decision starts from registers near it.
+        assert isa.IDLE_LAG == 1
         word = fetch.head_word
         wait = wait_mask(word)
         kind = {k: fetch.head_kind[i] for i, k in enumerate(KINDS)}
-        idle = {isa.Wait.LOAD: ~load.busy, isa.Wait.COMPUTE: ~cmp.busy, isa.Wait.STORE: ~store.busy}
+        issue = Signal()
+        to_load, to_store = issue & kind["load"], issue & kind["store"]
+        to_cmp = issue & (kind["gemm"] | kind["compute"])
+        load_busy, load_act_busy, store_busy, cmp_busy = (Signal(name=n) for n in (
+            "load_busy_q", "load_act_busy_q", "store_busy_q", "cmp_busy_q"))
+        gemm_ok = Signal()
+        m.d.sync += [load_busy.eq(load.busy | to_load),
+                     load_act_busy.eq(load.act_busy | (to_load & fetch.head_load_act)),
+                     store_busy.eq(store.busy | to_store), cmp_busy.eq(cmp.busy | to_cmp),
+                     gemm_ok.eq(cmp.accept_gemm & ~to_cmp)]
+        idle = {isa.Wait.LOAD: ~load_busy, isa.Wait.COMPUTE: ~cmp_busy, isa.Wait.STORE: ~store_busy}
         wait_ok = 1
         for k, (flag, unit_idle) in enumerate(idle.items()):
             assert flag == 1 << k
             wait_ok = wait_ok & (~wait[k] | unit_idle)
         all_idle = idle[isa.Wait.LOAD] & idle[isa.Wait.COMPUTE] & idle[isa.Wait.STORE]
         can = (~fetch.head_kind.any()  # NOP
-               | (kind["load"] & ~load.busy & (~fetch.head_load_act | ~store.busy))
-               | (kind["store"] & ~store.busy & ~load.act_busy)
-               | (kind["gemm"] & cmp.accept_gemm)
-               | (kind["compute"] & ~cmp.busy)
+               | (kind["load"] & ~load_busy & (~fetch.head_load_act | ~store_busy))
+               | (kind["store"] & ~store_busy & ~load_act_busy)
+               | (kind["gemm"] & gemm_ok)
+               | (kind["compute"] & ~cmp_busy)
                | (kind["finish"] & all_idle))
         head = running & fetch.head_valid
         fault = head & (fetch.head_err != isa.ErrorCode.NONE)
-        issue = head & ~fault & wait_ok & can
+        m.d.comb += issue.eq(head & ~fault & wait_ok & can)
         m.d.comb += [fetch.pop.eq(issue),
-                     load.start.eq(issue & kind["load"]), load.word.eq(word),
-                     store.start.eq(issue & kind["store"]), store.word.eq(word),
-                     cmp.start.eq(issue & (kind["gemm"] | kind["compute"])), cmp.word.eq(word),
+                     load.start.eq(to_load), load.word.eq(word),
+                     store.start.eq(to_store), store.word.eq(word),
+                     cmp.start.eq(to_cmp), cmp.word.eq(word),
                      self.dbg_issue.eq(issue), self.dbg_pc.eq(pc),
                      self.dbg_unit_busy.eq(Cat(load.busy, cmp.busy, store.busy))]
         with m.If(issue):

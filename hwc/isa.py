@@ -296,12 +296,20 @@ def unpack_param_entry(data: bytes, n: int) -> dict:
 
 # ---- timing (docs/tile.md section 4) ---------------------------------------------------------
 #: Register stages between an instruction's imem data and its FIFO write (error checks; hw/fetch.py).
-PREDECODE_STAGES = 5
+PREDECODE_STAGES = 8
 #: Register stages of the PPU/VEC lane pipeline (hw/post.py).
-POST_PIPE_STAGES = 11
-#: On-chip memory read latency: the address (and write data) registered, then the block RAM.
-#: A write request is performed MEM_LATENCY - 1 cycles later.
-MEM_LATENCY = 2
+POST_PIPE_STAGES = 13
+#: Register stages of the MAC array before its adder tree (hw/mac.py): the x copy that feeds the
+#: multipliers, the products, and the products again; then log2 N adder-tree levels.
+MAC_PIPE_STAGES = 3
+#: On-chip memory read latency: the address registered, the block RAM, the read data registered
+#: (a block RAM's output is slow: nothing but a register may follow it in the same cycle).
+MEM_LATENCY = 3
+#: A write request is performed this many cycles later (its address and data registered, then the RAM).
+MEM_WRITE_LATENCY = 1
+#: The issue stage sees the units' idle/accept state through registers: a unit that ends (or, for a
+#: GEMM, starts its stream) in cycle t counts as idle (accepting) from cycle t + IDLE_LAG (hw/tile.py).
+IDLE_LAG = 1
 
 
 @dataclass(frozen=True)
@@ -311,6 +319,8 @@ class Timing:
 
     Per instruction, with `P = n_outer * n_inner` and `total = rows * row_beats`:
       fetch    instruction k may issue from request(k) + FETCH_LATENCY
+      issue    a unit it waits for (or needs) must have ended by issue - IDLE_LAG (GEMM: the previous
+               GEMM's stream_start <= issue - IDLE_LAG)
       LOAD     busy LOAD_OVERHEAD + Lm + total
       STORE    busy STORE_OVERHEAD + total
       GEMM     stream_start = max(issue + N + GEMM_SETUP, previous stream_end); stream_end = stream_start + P;
@@ -325,23 +335,26 @@ class Timing:
     FIFO_DEPTH: int          # decoder.fifo_depth
     PARAM_ENTRY_BEATS: int   # beats of one PARAM entry
     FETCH_LATENCY: int       # Lm + PREDECODE_STAGES + 2 (FIFO write, head register)
-    LOAD_OVERHEAD: int       # 1 + ML: requests from issue + 1; each beat registered, then written
+    LOAD_OVERHEAD: int       # 2 + WL: requests from issue + 1; each beat registered, then written
     STORE_OVERHEAD: int      # 2 + ML: ACT read, FIFO, posted beat
     GEMM_SETUP: int          # 1: the swap waits ML cycles after the first line's read, as the rows do
-    GEMM_LATENCY: int        # log2 N + 2 ML + 1: x reg, products, tree, ACC read, add, write
-    PPU_OVERHEAD: int        # PEB + 3 ML + POST_PIPE_STAGES + 1: PARAM reads, prepare, ACC reads, pipe, write
-    VEC_OVERHEAD: int        # PEB + 3 ML + POST_PIPE_STAGES: as the PPU, the last write is in the last frame
+    GEMM_LATENCY: int        # ML + 1 + MAC_PIPE_STAGES + log2 N + WL: ACT read, x reg, MAC, tree, add, write
+    PPU_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 2: PARAM reads, prepare, ACC reads, pipe, write
+    VEC_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 1: as the PPU, the last write is in the last frame
     VEC_CYCLES_PER_LINE: int  # read a, read b, write: the single compute ACT port
-    FILL_OVERHEAD: int       # ML: one write request per cycle from issue + 1, performed ML - 1 later
+    FILL_OVERHEAD: int       # 1 + WL: one write request per cycle from issue + 1, performed WL later
+    IDLE_LAG: int            # a unit's end (GEMM: stream start) is seen by the issue stage this much later
 
     @classmethod
     def from_target(cls, target: dict) -> Timing:
         n = target["array"]["rows"]
         lm = target["bus"]["read_latency"]
         peb = param_entry_beats(n, target["bus"]["bytes"])
-        ml = MEM_LATENCY
+        ml, wl = MEM_LATENCY, MEM_WRITE_LATENCY
         return cls(N=n, LM=lm, FIFO_DEPTH=target["decoder"]["fifo_depth"], PARAM_ENTRY_BEATS=peb,
-                   FETCH_LATENCY=lm + PREDECODE_STAGES + 2, LOAD_OVERHEAD=1 + ml, STORE_OVERHEAD=2 + ml,
-                   GEMM_SETUP=1, GEMM_LATENCY=(n.bit_length() - 1) + 2 * ml + 1,
-                   PPU_OVERHEAD=peb + 3 * ml + POST_PIPE_STAGES + 1, VEC_OVERHEAD=peb + 3 * ml + POST_PIPE_STAGES,
-                   VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=ml)
+                   FETCH_LATENCY=lm + PREDECODE_STAGES + 2, LOAD_OVERHEAD=2 + wl, STORE_OVERHEAD=2 + ml,
+                   GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
+                   PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
+                   VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,
+                   VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=1 + wl,
+                   IDLE_LAG=IDLE_LAG)

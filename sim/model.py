@@ -226,6 +226,7 @@ class TileModel:
         if self.post_unit:
             busy["post"] = _Busy()
         load_end = store_end = act_load_end = cmp_end = gemm_accept = stream_end = post_end = 0
+        lag = t.IDLE_LAG  # the issue stage sees a unit's end this many cycles late
         res = dict(done=False, error=E.NONE, error_pc=None, cycles=0)
         stats = dict(bytes_loaded=0, bytes_stored=0, macs=0)
         depth, n = t.FIFO_DEPTH, self.n
@@ -252,18 +253,18 @@ class TileModel:
             wait = (word >> isa.WAIT_LSB) & ((1 << isa.WAIT_BITS) - 1)
             ti = t0
             if wait & _W_LOAD:
-                ti = max(ti, load_end)
+                ti = max(ti, load_end + lag)
             if wait & _W_COMPUTE:
-                ti = max(ti, cmp_end)
+                ti = max(ti, cmp_end + lag)
             if wait & _W_STORE:
-                ti = max(ti, store_end)
+                ti = max(ti, store_end + lag)
             if wait & _W_POST and self.post_unit:
-                ti = max(ti, post_end)
+                ti = max(ti, post_end + lag)
             start = ti
             if op == Op.LOAD:
-                ti = max(ti, load_end, store_end if f["mem"] == Mem.ACT else 0)
+                ti = max(ti, load_end + lag, store_end + lag if f["mem"] == Mem.ACT else 0)
                 if self.post_unit and f["mem"] == Mem.ACT:
-                    ti = max(ti, post_end)  # POST shares the ACT port with DMA
+                    ti = max(ti, post_end + lag)  # POST shares the ACT port with DMA
                 total = f["rows"] * f["row_beats"]
                 start, end = ti, ti + t.LOAD_OVERHEAD + t.LM + total
                 load_end = end
@@ -273,7 +274,7 @@ class TileModel:
                 self._load(f, beats)
                 stats["bytes_loaded"] += total * self.beat
             elif op == Op.STORE:
-                ti = max(ti, store_end, act_load_end, post_end)
+                ti = max(ti, store_end + lag, act_load_end + lag, post_end + lag)
                 total = f["rows"] * f["row_beats"]
                 start, end = ti, ti + t.STORE_OVERHEAD + total
                 store_end = end
@@ -281,7 +282,7 @@ class TileModel:
                 self._store(f, beats)
                 stats["bytes_stored"] += total * self.beat
             elif op == Op.GEMM:
-                ti = max(ti, gemm_accept)
+                ti = max(ti, gemm_accept + lag)
                 p = f["n_outer"] * f["n_inner"]
                 start = max(ti + n + t.GEMM_SETUP, stream_end)
                 stream_end = start + p
@@ -292,7 +293,8 @@ class TileModel:
                 self._gemm(f)
                 stats["macs"] += p * n * n
             elif op in (Op.PPU, Op.VEC, Op.FILL):
-                ti = max(ti, post_end, act_load_end, store_end) if self.post_unit else max(ti, cmp_end)
+                ti = (max(ti, post_end + lag, act_load_end + lag, store_end + lag) if self.post_unit
+                      else max(ti, cmp_end + lag))
                 if op == Op.PPU:
                     end = ti + t.PPU_OVERHEAD + f["n_outer"] * f["n_inner"]
                     self._ppu(f)
@@ -310,7 +312,7 @@ class TileModel:
                     cmp_end = gemm_accept = end
                     busy["compute"].add(ti + 1, end)
             elif op == Op.FINISH:
-                ti = max(ti, load_end, cmp_end, store_end, post_end)
+                ti = max(ti, load_end + lag, cmp_end + lag, store_end + lag, post_end + lag)
                 start = end = ti
             else:  # NOP
                 end = ti

@@ -76,7 +76,7 @@ def _pipe_run(n, params, tokens):
 def test_post_pipe_requantize_matches_arith_including_ties_and_saturation():
     rng = np.random.default_rng(0)
     n = 4
-    for trial in range(4):
+    for trial in range(5):
         mult = rng.integers(arith.MULT_MIN, arith.MULT_MAX, n, dtype=np.int64).astype(np.int32)
         shift = rng.integers(20, 40, n).astype(np.int32)
         bias = rng.integers(-(1 << 20), 1 << 20, n).astype(np.int32)
@@ -87,6 +87,8 @@ def test_post_pipe_requantize_matches_arith_including_ties_and_saturation():
         z, lo, hi = int(rng.integers(-128, 128)), int(rng.integers(-128, 0)), int(rng.integers(0, 128))
         if trial == 3:
             z, lo, hi = 5, 5, 127  # relu-like clamp
+        if trial == 4:
+            z, lo, hi = 0, 40, -40  # lo > hi: numpy's clip gives hi everywhere
         acc = rng.integers(-(1 << 31), 1 << 31, (40, n), dtype=np.int64).astype(np.int32)
         acc[:10] = rng.integers(-40, 40, (10, n))            # small: ties and no saturation
         acc[10] = np.iinfo(np.int32).max                      # wraps when the bias is added
@@ -174,11 +176,12 @@ class GemmHarness(Elaboratable):
         m.submodules.eng, m.submodules.act, m.submodules.wgt, m.submodules.acc = self.eng, self.act, self.wgt, self.acc
         e = self.eng
         ar, wr, cr, cw = self.act.read_port(), self.wgt.read_port(), self.acc.read_port(), self.acc.write_port()
-        # as in the tile: memory inputs registered in front of the RAM (isa.MEM_LATENCY = 2)
-        assert isa.MEM_LATENCY == 2
+        # as in the tile: memory inputs registered in front of the RAM, read data behind it
+        # (isa.MEM_LATENCY = 3, isa.MEM_WRITE_LATENCY = 1)
+        assert isa.MEM_LATENCY == 3 and isa.MEM_WRITE_LATENCY == 1
         m.d.sync += [ar.addr.eq(e.act_addr), wr.addr.eq(e.wgt_addr), cr.addr.eq(e.acc_raddr),
-                     cw.addr.eq(e.acc_waddr), cw.data.eq(e.acc_wdata), cw.en.eq(e.acc_we)]
-        m.d.comb += [e.act_data.eq(ar.data), e.wgt_data.eq(wr.data), e.acc_rdata.eq(cr.data)]
+                     cw.addr.eq(e.acc_waddr), cw.data.eq(e.acc_wdata), cw.en.eq(e.acc_we),
+                     e.act_data.eq(ar.data), e.wgt_data.eq(wr.data), e.acc_rdata.eq(cr.data)]
         return m
 
 

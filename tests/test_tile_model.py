@@ -69,17 +69,18 @@ def test_timing_closed_forms_by_hand():
              isa.make(Op.STORE, Wait.COMPUTE, dram=60, sram=20, rows=1, row_beats=10, dram_stride=0, sram_stride=0),
              isa.make(Op.FINISH)]
     res, _ = _run(t, _prog(t, insns))
+    lag = T.IDLE_LAG                               # the issue stage sees a unit's end this much later
     load_end = fl + T.LOAD_OVERHEAD + lm + 10
-    g0 = load_end                                  # waits for the LOAD
+    g0 = load_end + lag                            # waits for the LOAD
     s0 = g0 + n + T.GEMM_SETUP
-    g1 = s0                                        # accepted when GEMM 0 starts streaming
+    g1 = s0 + lag                                  # accepted once GEMM 0 streams
     s1 = max(g1 + n + T.GEMM_SETUP, s0 + 10)
     cmp_idle = s1 + 10 + T.GEMM_LATENCY
-    ppu, ppu_end = cmp_idle, cmp_idle + T.PPU_OVERHEAD + 10
-    st, st_end = ppu_end, ppu_end + T.STORE_OVERHEAD + 10
-    assert res.issue.tolist() == [fl, g0, g1, ppu, st, st_end]
+    ppu, ppu_end = cmp_idle + lag, cmp_idle + lag + T.PPU_OVERHEAD + 10
+    st, st_end = ppu_end + lag, ppu_end + lag + T.STORE_OVERHEAD + 10
+    assert res.issue.tolist() == [fl, g0, g1, ppu, st, st_end + lag]
     assert res.start.tolist()[1:3] == [s0, s1]
-    assert res.cycles == st_end + 1
+    assert res.cycles == st_end + lag + 1
     # a unit is busy from the cycle after an issue: the PPU's issue cycle is an idle compute cycle
     assert res.busy == {"load": load_end - fl - 1, "compute": (cmp_idle - g0 - 1) + (ppu_end - ppu - 1),
                         "store": st_end - st - 1}
@@ -94,7 +95,7 @@ def test_fetch_fifo_credits():
     insns += [isa.make(Op.NOP)] * (2 * d) + [isa.make(Op.FINISH)]
     res, _ = _run(t, _prog(t, insns))
     issue = [T.FETCH_LATENCY, T.FETCH_LATENCY + 1 + T.FILL_OVERHEAD + 200 - 1 + 0]
-    issue[1] = issue[0] + T.FILL_OVERHEAD + 200    # the NOP waits for the FILL
+    issue[1] = issue[0] + T.FILL_OVERHEAD + 200 + T.IDLE_LAG  # the NOP waits for the FILL
     for k in range(2, len(insns)):
         request = k if k < d else issue[k - d] + 1
         issue.append(max(request + T.FETCH_LATENCY, issue[-1] + 1))
@@ -114,7 +115,7 @@ def test_act_port_exclusion_between_load_and_store():
     res, _ = _run(t, _prog(t, insns))
     st_end = res.issue[0] + T.STORE_OVERHEAD + 50
     assert res.issue[1] == res.issue[0] + 1          # a WGT load runs beside a STORE
-    assert res.issue[2] == max(res.end[1], st_end)    # an ACT load waits for the STORE (shared ACT port)
+    assert res.issue[2] == max(res.end[1], st_end) + T.IDLE_LAG  # an ACT load waits for the STORE (shared port)
 
 
 T8 = load_target("tile8x8")
