@@ -5,7 +5,7 @@ slot, counting requests in flight: a slot is taken at the request and freed by t
 of the instruction in it, so the FIFO can never overflow and instruction k is requested
 at `max(start + k, issue(k - fifo_depth) + 1)` (docs/tile.md section 4).
 
-Pre-decode (PREDECODE_STAGES = 8 register stages between the imem data and the FIFO write)
+Pre-decode (PREDECODE_STAGES = 9 register stages between the imem data and the FIFO write)
 computes the instruction's error code once, so the issue stage only looks at two bits: every
 address an instruction will touch lies in a 2-D range `base + i*so + j*si` (i < n_o, j < n_i),
 whose extremes are at its corners (stage k is the k-th register after the imem data):
@@ -19,7 +19,8 @@ whose extremes are at its corners (stage k is the k-th register after the imem d
   stage 5: the partial products again (the route away from the DSP block is a stage of its own)
   stage 6: the products
   stage 7: base + min(0, po) and base - limit + max(0, po)
-  stage 8: lowest = .. + min(0, pi) < 0 or highest - limit = .. + max(0, pi) >= 0 -> the error code
+  stage 8: per range, lowest = .. + min(0, pi) < 0 or highest - limit = .. + max(0, pi) >= 0
+  stage 9: the error code
   write  : into the FIFO
 The FIFO's head moves into a head register (with its unit decoded one-hot), from which the
 issue stage decides, so the issue decision starts from flip-flops. An instruction arrives
@@ -43,7 +44,7 @@ PREDECODE_STAGES = isa.PREDECODE_STAGES
 #: the head instruction's unit, one-hot in this order (NOP sets none)
 KINDS = {"load": (isa.Op.LOAD,), "store": (isa.Op.STORE,), "gemm": (isa.Op.GEMM,),
          "compute": (isa.Op.PPU, isa.Op.VEC, isa.Op.FILL), "finish": (isa.Op.FINISH,)}
-assert PREDECODE_STAGES == 8 and dsp.LATENCY == 2, "Fetch below is written with eight pre-decode stages"
+assert PREDECODE_STAGES == 9 and dsp.LATENCY == 2, "Fetch below is written with nine pre-decode stages"
 N_RANGES = 3
 BASE_W, COUNT_W, STRIDE_W = DRAM_ADDR_BITS + 1, 16, 26
 PROD_W = COUNT_W + STRIDE_W
@@ -186,7 +187,7 @@ class Fetch(wiring.Component):
                     m.d.sync += [bad1.eq(bad), sc1.eq(sc)]
             with m.Default():
                 m.d.sync += [bad1.eq(0), sc1.eq(0)]
-        ill6, bad6, sc6 = (delayed(f, nm, 5)[-1] for f, nm in ((ill1, "ill"), (bad1, "bad"), (sc1, "sc")))
+        ill8, bad8, sc8 = (delayed(f, nm, 6)[-1] for f, nm in ((ill1, "ill"), (bad1, "bad"), (sc1, "sc")))
 
         oor = Const(0, 1)
         for r in range(N_RANGES):
@@ -226,20 +227,22 @@ class Fetch(wiring.Component):
                              prod.eq(lo_p + (hi_p << LO_BITS))]
                 prods.append(prod)
             po5, pi5 = prods
-            # stage 7: base + the outer extreme; stage 8: + the inner extreme, compared
+            # stage 7: base + the outer extreme; stage 8: + the inner extreme, compared; stage 9: the code
             lo6 = Signal(signed(SUM_W), name=f"r{r}_lo6", reset_less=True)
             hi6 = Signal(signed(SUM_W), name=f"r{r}_hi6", reset_less=True)
             pi6 = Signal(signed(PROD_W), name=f"r{r}_pi6", reset_less=True)
             m.d.sync += [lo6.eq(base5 + Mux(po5 < 0, po5, 0)), hi6.eq(bml5 + Mux(po5 > 0, po5, 0)), pi6.eq(pi5)]
             lo = lo6 + Mux(pi6 < 0, pi6, 0)
             hi = hi6 + Mux(pi6 > 0, pi6, 0)
-            oor = oor | (act6 & ((lo < 0) | (hi >= 0)))
+            oor8 = Signal(name=f"r{r}_oor")  # stage 8: this range leaves its memory
+            m.d.sync += oor8.eq(act6 & ((lo < 0) | (hi >= 0)))
+            oor = oor | oor8
 
         E = isa.ErrorCode
-        err8 = Signal(isa.ERROR_CODE_BITS)
-        m.d.sync += err8.eq(Mux(ill6, E.ILLEGAL_OPCODE, Mux(bad6, E.BAD_FIELD, Mux(oor | sc6, E.OUT_OF_RANGE,
+        err9 = Signal(isa.ERROR_CODE_BITS)
+        m.d.sync += err9.eq(Mux(ill8, E.ILLEGAL_OPCODE, Mux(bad8, E.BAD_FIELD, Mux(oor | sc8, E.OUT_OF_RANGE,
                                                                                      E.NONE))))
-        m.d.comb += [fifo.w_en.eq(vs[-1]), fifo.w_data.eq((err8 << isa.INSN_BITS) | ws[-1]),
+        m.d.comb += [fifo.w_en.eq(vs[-1]), fifo.w_data.eq((err9 << isa.INSN_BITS) | ws[-1]),
                      self.busy.eq((outstanding != 0) | Cat(*vs).any())]
 
         # ---- head register: the issue stage decides from registers only ----

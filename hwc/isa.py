@@ -296,7 +296,7 @@ def unpack_param_entry(data: bytes, n: int) -> dict:
 
 # ---- timing (docs/tile.md section 4) ---------------------------------------------------------
 #: Register stages between an instruction's imem data and its FIFO write (error checks; hw/fetch.py).
-PREDECODE_STAGES = 8
+PREDECODE_STAGES = 9
 #: Register stages of the PPU/VEC lane pipeline (hw/post.py).
 POST_PIPE_STAGES = 13
 #: Register stages of the MAC array before its adder tree (hw/mac.py): the x copy that feeds the
