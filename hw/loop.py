@@ -35,19 +35,24 @@ def loop2d(m: Module, name: str, *, load: Value, step: Value, n_outer: Value, n_
     cw_o, cw_i = len(n_outer), len(n_inner)
     i = Signal(cw_o, name=f"{name}_i")
     j = Signal(cw_i, name=f"{name}_j")
-    no_m1 = Signal(cw_o, name=f"{name}_no_m1", reset_less=True)
+    # `last_i` (i == n_outer - 1) and `last_j` (j == n_inner - 1) are registers, computed a cycle
+    # ahead from i == n_outer - 2 and j == n_inner - 2 (modulo the counter width, so every count
+    # behaves as the plain comparison would): the loop's end feeds wide enables (the next
+    # instruction's load), so it starts from flip-flops instead of two 16-bit comparators.
+    no_m2 = Signal(cw_o, name=f"{name}_no_m2", reset_less=True)
     ni_m1 = Signal(cw_i, name=f"{name}_ni_m1", reset_less=True)
+    ni_m2 = Signal(cw_i, name=f"{name}_ni_m2", reset_less=True)
     last_i = Signal(name=f"{name}_last_i")
     last_j = Signal(name=f"{name}_last_j")
-    m.d.comb += [last_i.eq(i == no_m1), last_j.eq(j == ni_m1)]
     ptrs = []
     with m.If(load):
-        m.d.sync += [i.eq(0), j.eq(0), no_m1.eq(n_outer - 1), ni_m1.eq(n_inner - 1)]
+        m.d.sync += [i.eq(0), j.eq(0), no_m2.eq(n_outer - 2), ni_m1.eq(n_inner - 1), ni_m2.eq(n_inner - 2),
+                     last_i.eq(n_outer[:cw_o] == 1), last_j.eq(n_inner[:cw_i] == 1)]
     with m.Elif(step):
         with m.If(last_j):
-            m.d.sync += [j.eq(0), i.eq(i + 1)]
+            m.d.sync += [j.eq(0), i.eq(i + 1), last_j.eq(ni_m1 == 0), last_i.eq(i == no_m2)]
         with m.Else():
-            m.d.sync += j.eq(j + 1)
+            m.d.sync += [j.eq(j + 1), last_j.eq(j == ni_m2)]
     for k, (base, so, si, width) in enumerate(streams):
         ptr = Signal(width, name=f"{name}_ptr{k}", reset_less=True)
         row = Signal(width, name=f"{name}_row{k}", reset_less=True)
