@@ -43,8 +43,10 @@ class FillEngine(wiring.Component):
         writing = left != 0
         with m.If(writing):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+        with m.If(~self.busy):  # captured while idle (an issue only comes then); `start` sets the count
+            m.d.sync += [addr.eq(field(w, op, "addr")), value.eq(field(w, op, "value"))]
         with m.If(self.start):
-            m.d.sync += [addr.eq(field(w, op, "addr")), left.eq(field(w, op, "count")), value.eq(field(w, op, "value"))]
+            m.d.sync += left.eq(field(w, op, "count"))
         # the last write request is performed MEM_WRITE_LATENCY cycles later
         wpend = [Signal(name=f"wpend{i}") for i in range(isa.MEM_WRITE_LATENCY)]
         m.d.sync += [wpend[i].eq(writing if i == 0 else wpend[i - 1]) for i in range(len(wpend))]

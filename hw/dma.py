@@ -65,13 +65,16 @@ class LoadEngine(wiring.Component):
         mem = Signal(2)
         # request side: one request per row
         req_active = Signal()
-        req = loop2d(m, "req", load=self.start, step=self.rd_valid & self.rd_ready,
+        # the instruction's fields are captured in every idle cycle (an issue only comes then), so the
+        # wide enables start from `busy`, a register here, not from the issue decision (hw/tile.py)
+        capture = ~busy
+        req = loop2d(m, "req", load=capture, step=self.rd_valid & self.rd_ready,
                      n_outer=field(w, op, "rows"), n_inner=Const(1, 1),
                      streams=[(field(w, op, "dram"), field(w, op, "dram_stride"), Const(0, 1), DRAM_ADDR_BITS)])
         row_beats = Signal(LEN_BITS)
         m.d.comb += [self.rd_valid.eq(req_active), self.rd_addr.eq(req.ptrs[0]), self.rd_len.eq(row_beats)]
         # receive side: one beat per rdata_valid, into sram + r*sram_stride + j
-        rcv = loop2d(m, "rcv", load=self.start, step=self.rdata_valid & busy,
+        rcv = loop2d(m, "rcv", load=capture, step=self.rdata_valid & busy,
                      n_outer=field(w, op, "rows"), n_inner=field(w, op, "row_beats"),
                      streams=[(field(w, op, "sram"), field(w, op, "sram_stride"), Const(1, 1),
                                self.sram_bits)])
@@ -89,9 +92,10 @@ class LoadEngine(wiring.Component):
         m.d.sync += [done[i].eq((wv & wlast) if i == 0 else done[i - 1]) for i in range(WL)]
         with m.If(done[-1] if done else (wv & wlast)):
             m.d.sync += busy.eq(0)
+        with m.If(capture):
+            m.d.sync += [mem.eq(field(w, op, "mem")), row_beats.eq(field(w, op, "row_beats"))]
         with m.If(self.start):
-            m.d.sync += [busy.eq(1), req_active.eq(1), mem.eq(field(w, op, "mem")),
-                         row_beats.eq(field(w, op, "row_beats"))]
+            m.d.sync += [busy.eq(1), req_active.eq(1)]
         m.d.comb += [self.busy.eq(busy), self.act_busy.eq(busy & (mem == isa.Mem.ACT))]
         return m
 
@@ -125,7 +129,8 @@ class StoreEngine(wiring.Component):
         inflight = sum(pending[i] for i in range(ML))
         room = (fifo.level + inflight) < STORE_FIFO_DEPTH
         rd = active & room
-        loop = loop2d(m, "st", load=self.start, step=rd,
+        # fields captured in every cycle the read side is idle (see LoadEngine)
+        loop = loop2d(m, "st", load=~active, step=rd,
                       n_outer=field(w, op, "rows"), n_inner=field(w, op, "row_beats"),
                       streams=[(field(w, op, "sram"), field(w, op, "sram_stride"), Const(1, 1), p.act_bits),
                                (field(w, op, "dram"), field(w, op, "dram_stride"), Const(1, 1),

@@ -79,9 +79,13 @@ class GemmEngine(wiring.Component):
         names = ("act", "acc", "n_outer", "n_inner", "act_so", "act_si", "acc_so", "acc_si", "reset")
         pre = {k: Signal(field(w, OP, k).shape(), name=f"pre_{k}", reset_less=True) for k in names}
         wblk = Signal(bits_for(p.wgt_blocks), reset_less=True)
-        with m.If(self.start):
-            m.d.sync += [pre_active.eq(1), pre_cnt.eq(0), wblk.eq(field(w, OP, "wblk"))]
+        # the fields are captured in every cycle stage 1 is empty (an issue only comes then), so the
+        # wide enables start from `pre_active`, not from the issue decision (hw/tile.py)
+        with m.If(~pre_active):
+            m.d.sync += [pre_cnt.eq(0), wblk.eq(field(w, OP, "wblk"))]
             m.d.sync += [pre[k].eq(field(w, OP, k)) for k in names]
+        with m.If(self.start):
+            m.d.sync += pre_active.eq(1)
         reading = pre_active & (pre_cnt < n)
         with m.If(reading):
             m.d.sync += pre_cnt.eq(pre_cnt + 1)

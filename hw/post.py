@@ -237,7 +237,11 @@ class PostEngine(wiring.Component):
 
         step = Signal()
         in_w = max(p.acc_bits, p.act_bits)
-        loop = loop2d(m, "pp", load=self.start, step=step,
+        # the instruction's fields are captured in every cycle the engine is idle (an issue only comes
+        # then), not on `start`: the wide enables start from the engine's own registers, not from the
+        # issue decision (hw/tile.py), which only sets the state
+        capture = ~self.busy
+        loop = loop2d(m, "pp", load=capture, step=step,
                       n_outer=sel("n_outer", "n_outer"), n_inner=sel("n_inner", "n_inner"),
                       streams=[(sel("a", "acc"), sel("in_so", "acc_so"), sel("in_si", "acc_si"), in_w),
                                (field(w, vec, "b"), field(w, vec, "in_so"), field(w, vec, "in_si"), p.act_bits),
@@ -321,8 +325,9 @@ class PostEngine(wiring.Component):
             m.d.sync += state.eq(IDLE)
         m.d.comb += self.busy.eq(((state != IDLE) & (state != DRAIN)) | pipe_busy)
 
-        with m.If(self.start):  # last: wins over the DRAIN -> IDLE transition
-            m.d.sync += [state.eq(PARAM), k.eq(0), is_vec.eq(w_vec),
-                         op_max.eq(w_vec & (field(w, vec, "op") == isa.VecOp.MAX)),
+        with m.If(capture):
+            m.d.sync += [k.eq(0), is_vec.eq(w_vec), op_max.eq(w_vec & (field(w, vec, "op") == isa.VecOp.MAX)),
                          pbase.eq(times_const(Mux(w_vec, field(w, vec, "param"), field(w, ppu, "param")), peb))]
+        with m.If(self.start):  # last: wins over the DRAIN -> IDLE transition
+            m.d.sync += state.eq(PARAM)
         return m
