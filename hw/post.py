@@ -20,8 +20,11 @@ a few LUT levels; y valid in cycle c + PIPE_LATENCY = c + 13):
   S5 two partial sums                            S6 p = sum (64 bit)
   S7 v = p (+ v of the previous token: VEC ADD)
   S8/S9 a = v >> (s-1) (arithmetic, by 8s, then by 1s)   S10 a saturated to 11 bits
-  S11 t = ((a + 1) >> 1) + z_out (the rounding: floor((v + 2**(s-1)) / 2**s) == (a + 1) >> 1)
-  S12 y = clamp(t, lo, hi), or max(a, b)
+  S11 t = ((a + 1) >> 1) + z_out (the rounding: floor((v + 2**(s-1)) / 2**s) == (a + 1) >> 1),
+      and the clamp's comparisons on a (against bounds derived from lo, hi, z_out)
+  S12 y = clamp(t, lo, hi) by those flags, or max(a, b)
+The parameters (bias ... hi) are constant while tokens are in the pipe and at least one cycle
+before a token enters (the engine holds them from the PARAM read on).
 The per-token controls (VEC or PPU, a or b operand) travel with the token in every lane, so no
 control net fans out to all lanes.
 
@@ -162,17 +165,26 @@ class PostPipe(wiring.Component):
                 m.d.sync += asat.eq(smin)
             with m.Else():
                 m.d.sync += asat.eq(smax)
-            # S11: r = (a + 1) >> 1, + z_out
+            # S11: t = r + z_out with r = (a + 1) >> 1; beside it, the clamp's comparisons on a itself:
+            # t > hi iff r > hi - z_out iff a > 2*(hi - z_out), and t < lo iff a < 2*(lo - z_out) - 1
+            # (bounds a register computes per lane from the instruction's constant parameters)
             t = Signal(signed(SAT_BITS + 2), name=f"t{lane}", reset_less=True)
-            m.d.sync += t.eq(((asat + 1) >> 1) + self.z_out)
-            # S12: clamp to [lo, hi] as numpy's clip (max with lo, then min with hi), or the max. The three
-            # comparisons run side by side: max(t, lo) > hi exactly when t > hi or lo > hi.
+            a_hi = Signal(signed(SAT_BITS), name=f"a_hi{lane}", attrs=DUP, reset_less=True)
+            a_lo = Signal(signed(SAT_BITS), name=f"a_lo{lane}", attrs=DUP, reset_less=True)
+            lo_hi = Signal(name=f"lo_hi{lane}", attrs=DUP, reset_less=True)
+            m.d.sync += [a_hi.eq((self.hi - self.z_out) << 1), a_lo.eq(((self.lo - self.z_out) << 1) - 1),
+                         lo_hi.eq(self.lo > self.hi)]
+            above, below = Signal(name=f"above{lane}"), Signal(name=f"below{lane}")
+            m.d.sync += [t.eq(((asat + 1) >> 1) + self.z_out), above.eq((asat > a_hi) | lo_hi),
+                         below.eq(asat < a_lo)]
+            # S12: clamp to [lo, hi] as numpy's clip (max with lo, then min with hi), or the max:
+            # max(t, lo) > hi exactly when t > hi or lo > hi
             y = Signal(signed(8), name=f"y{lane}", reset_less=True)
             with m.If(self.op_max):
                 m.d.sync += y.eq(mx[-1])
-            with m.Elif((t > self.hi) | (self.lo > self.hi)):
+            with m.Elif(above):
                 m.d.sync += y.eq(self.hi)
-            with m.Elif(t < self.lo):
+            with m.Elif(below):
                 m.d.sync += y.eq(self.lo)
             with m.Else():
                 m.d.sync += y.eq(t)

@@ -103,6 +103,21 @@ def test_post_pipe_requantize_matches_arith_including_ties_and_saturation():
             assert (((acc[:10].astype(np.int64)) % 4) == 2).any(), "the tie case must contain ties"
 
 
+def test_post_pipe_clamp_boundaries():
+    """Every t around lo and hi (the clamp compares the pre-rounding value against bounds derived
+    from lo, hi and z_out): mult 2**30 and shift 31 make t = round(acc / 2) + z_out."""
+    n = 4
+    acc = np.repeat(np.arange(-600, 600, dtype=np.int32)[:, None], n, axis=1)
+    for z, lo, hi in ((3, -20, 17), (-128, -128, 127), (127, -5, 5), (-7, 0, 0), (10, 30, -30)):
+        mult, shift = np.full(n, 1 << 30, np.int32), np.full(n, 31, np.int32)
+        params = {"bias": lanes([0] * n, 32), "mult": lanes(mult, 32), "shm1": lanes(shift - 1, 6),
+                  "z_out": z, "lo": lo, "hi": hi, "op_max": 0}
+        got = _pipe_run(n, params, [{"in_valid": 1, "acc_in": lanes(a, 32)} for a in acc])
+        want = arith.requantize(acc, mult, shift, z, lo, hi)
+        np.testing.assert_array_equal(got, want)
+        assert (want == lo).any() and (want == hi).any() or lo > hi
+
+
 @pytest.mark.parametrize("op", ["add", "max"])
 def test_post_pipe_vec_matches_arith(op):
     rng = np.random.default_rng(1)
