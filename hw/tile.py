@@ -150,10 +150,9 @@ class Tile(wiring.Component):
                          store.act_data.eq(b_rdata), post.act_rdata.eq(b_rdata)]
 
         c_r, c_w = acc.read_port(), acc.write_port()
-        acc_waddr, acc_wdata = reg(cmp.acc_waddr, "acc_waddr"), reg(cmp.acc_wdata, "acc_wdata")
-        acc_we = reg(cmp.acc_we, "acc_we", False)
         m.d.comb += [c_r.addr.eq(reg(cmp.acc_raddr, "acc_raddr")), cmp.acc_rdata.eq(reg(c_r.data, "acc_rdata")),
-                     c_w.addr.eq(acc_waddr), c_w.data.eq(acc_wdata), c_w.en.eq(acc_we)]
+                     c_w.addr.eq(reg(cmp.acc_waddr, "acc_waddr")), c_w.data.eq(reg(cmp.acc_wdata, "acc_wdata")),
+                     c_w.en.eq(reg(cmp.acc_we, "acc_we", False))]
         if p.post_unit:
             # tile v2: the GEMM's read-modify-write and the PPU's reads never share a read port: the
             # accumulators are duplicated, every GEMM write goes to both copies (each with its own
@@ -196,7 +195,9 @@ class Tile(wiring.Component):
         # ---- status ----
         running = Signal()
         pc = Signal(PC_BITS)
-        busy = running | fetch.busy | load.busy | store.busy | cmp.busy | (post.busy if p.post_unit else 0)
+        busy = running | fetch.busy | load.busy | store.busy | cmp.busy
+        if p.post_unit:
+            busy = busy | post.busy
         # `start` is accepted when the tile was not busy in the previous cycle (nor started in it): a
         # register, so the wide start logic does not wait for the busy signals of every unit
         busy_q = Signal()
@@ -237,9 +238,9 @@ class Tile(wiring.Component):
         for k, (flag, unit_idle) in enumerate(idle.items()):
             assert flag == 1 << k
             wait_ok = wait_ok & (~wait[k] | unit_idle)
-        all_idle = 1
-        for unit_idle in idle.values():
-            all_idle = all_idle & unit_idle
+        all_idle = idle[isa.Wait.LOAD] & idle[isa.Wait.COMPUTE] & idle[isa.Wait.STORE]
+        if v2:
+            all_idle = all_idle & idle[isa.Wait.POST]
         if v2:
             # ACT port B: POST, LOAD-into-ACT and STORE exclude each other (docs/tile-v2.md)
             can = (~fetch.head_kind.any()  # NOP
