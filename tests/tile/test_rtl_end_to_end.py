@@ -5,6 +5,7 @@ int8 reference interpreter's and the CPU int8 bundle's (ARCHITECTURE.md, the bit
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import hwc
 
@@ -75,3 +76,28 @@ def test_depthwise_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
         np.testing.assert_array_equal(model[name], want[name])
         np.testing.assert_array_equal(rtl[name], want[name])
     assert rtl_cycles == model_cycles == art.report["cycles"]
+
+
+@pytest.mark.slow
+def test_ds_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
+    """MLPerf-Tiny-shaped DS-CNN (depthwise-separable) on the v2 tile8x8 through the RTL (about 1.5 min):
+    the whole program's cycles equal the model's, the outputs the int8 reference's."""
+    from hwc.targets import load_target
+
+    from hwc.frontend import import_onnx
+    from hwc.quant.build import quantize_model
+    from hwc.tile.build import build_tile
+    from hwc.zoo import MODELS, random_inputs
+
+    model = MODELS["ds_cnn"]()
+    target = dict(load_target("tile8x8"), features={"post_unit": True, "depthwise": True})
+    art = build_tile(quantize_model(import_onnx(model), target, random_inputs(model, n=32, seed=3)), target)
+    feeds = {k: v[0] for k, v in random_inputs(model, n=1, seed=9).items()}
+    ref = art.run(feeds, engine="reference")
+    got = art.run(feeds, engine="model")
+    model_cycles = art.last_run["cycles"]
+    rtl = art.run(feeds, engine="rtl")
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+        np.testing.assert_array_equal(rtl[k], ref[k])
+    assert art.last_run["cycles"] == model_cycles == art.report["cycles"]
