@@ -33,7 +33,7 @@ CASES = [
 
 def measure(model, target_name: str, v2: bool = False) -> dict:
     target = load_target(target_name)
-    if v2:  # docs/tile-v2.md: measured in the Python model only (the RTL is v1)
+    if v2:  # docs/tile-v2.md: the POST unit and the depthwise mode
         target = dict(target, features={"post_unit": True, "depthwise": True})
     calib = random_inputs(model, n=32, seed=3)
     t0 = time.perf_counter()

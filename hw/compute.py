@@ -1,5 +1,10 @@
 """The compute unit: GEMM engine, post-processing engine (PPU/VEC) and FILL behind one
-issue slot, sharing the ACT compute port (port A) and the ACC ports.
+issue slot, sharing the ACT compute port (port A) and the ACC ports (tile v1).
+
+With `features.post_unit` (tile v2, docs/tile-v2.md) the compute unit keeps only the GEMM
+engine, and PPU/VEC/FILL form the separate POST unit (`PostUnit`, below) with its own issue
+slot: ACT port B (shared with the DMA engines, the issue stage keeps them apart) and its own
+copy of the accumulator memory to read (hw/tile.py).
 
 In-order issue with one instruction in flight per unit, except that a GEMM may be
 accepted while the previous GEMM streams (the two-stage GEMM pipeline, hw/gemm.py):
@@ -56,9 +61,50 @@ class FillEngine(wiring.Component):
         return m
 
 
+class PostUnit(wiring.Component):
+    """Tile v2: PPU/VEC (PostEngine) and FILL on one issue slot; one instruction at a time, so the
+    engines never use the ACT port or the ACC read port in the same cycle (OR-combined ports)."""
+
+    def __init__(self, p: TileParams):
+        self.p = p
+        super().__init__({
+            "start": In(1), "word": In(isa.INSN_BITS), "busy": Out(1),
+            "act_addr": Out(p.act_bits), "act_we": Out(1), "act_wdata": Out(p.line_bits),
+            "act_rdata": In(p.line_bits),
+            "acc_raddr": Out(p.acc_bits), "acc_rdata": In(p.acc_line_bits),
+            "param_addr": Out(p.param_bits), "param_data": In(p.beat_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.p
+        m.submodules.post = post = PostEngine(p)
+        m.submodules.fill = fill = FillEngine(p)
+        op = opcode(self.word)
+        m.d.comb += [post.start.eq(self.start & ((op == isa.Op.PPU) | (op == isa.Op.VEC))), post.word.eq(self.word),
+                     fill.start.eq(self.start & (op == isa.Op.FILL)), fill.word.eq(self.word),
+                     self.busy.eq(post.busy | fill.busy),
+                     self.act_addr.eq(post.act_addr | fill.act_addr),
+                     self.act_we.eq(post.act_we | fill.act_we),
+                     self.act_wdata.eq(post.act_wdata | fill.act_wdata),
+                     post.act_data.eq(self.act_rdata),
+                     self.acc_raddr.eq(post.acc_raddr), post.acc_rdata.eq(self.acc_rdata),
+                     self.param_addr.eq(post.param_addr), post.param_data.eq(self.param_data)]
+        return m
+
+
 class ComputeUnit(wiring.Component):
     def __init__(self, p: TileParams):
         self.p = p
+        if p.post_unit:  # tile v2: the GEMM engine alone (PPU/VEC/FILL are the PostUnit)
+            super().__init__({
+                "start": In(1), "word": In(isa.INSN_BITS), "accept_gemm": Out(1), "busy": Out(1),
+                "act_addr": Out(p.act_bits), "act_rdata": In(p.line_bits),
+                "acc_raddr": Out(p.acc_bits), "acc_rdata": In(p.acc_line_bits),
+                "acc_waddr": Out(p.acc_bits), "acc_wdata": Out(p.acc_line_bits), "acc_we": Out(1),
+                "wgt_addr": Out(p.wgt_bits), "wgt_data": In(p.line_bits),
+            })
+            return
         super().__init__({
             "start": In(1),
             "word": In(isa.INSN_BITS),
@@ -78,6 +124,15 @@ class ComputeUnit(wiring.Component):
         m = Module()
         p = self.p
         m.submodules.gemm = gemm = GemmEngine(p)
+        if p.post_unit:
+            m.d.comb += [gemm.start.eq(self.start), gemm.word.eq(self.word),
+                         self.accept_gemm.eq(gemm.accept), self.busy.eq(gemm.busy),
+                         self.act_addr.eq(gemm.act_addr), gemm.act_data.eq(self.act_rdata),
+                         self.acc_raddr.eq(gemm.acc_raddr), gemm.acc_rdata.eq(self.acc_rdata),
+                         self.acc_waddr.eq(gemm.acc_waddr), self.acc_wdata.eq(gemm.acc_wdata),
+                         self.acc_we.eq(gemm.acc_we),
+                         self.wgt_addr.eq(gemm.wgt_addr), gemm.wgt_data.eq(self.wgt_data)]
+            return m
         m.submodules.post = post = PostEngine(p)
         m.submodules.fill = fill = FillEngine(p)
         op = opcode(self.word)

@@ -11,8 +11,8 @@ address an instruction will touch lies in a 2-D range `base + i*so + j*si` (i < 
 whose extremes are at its corners (stage k is the k-th register after the imem data):
   stage 1: the instruction word, registered as it arrives
   stage 2: per opcode, up to three ranges (base, n_o - 1, so, n_i - 1, si, limit),
-           zero counts, bad LOAD.mem / VEC.op, GEMM.dw/skip set (this RTL has no depthwise
-           mode), GEMM.wblk and PPU/VEC.param limits
+           zero counts, bad LOAD.mem / VEC.op, GEMM.dw/skip (set without the depthwise mode;
+           with it, skip >= n_inner or skip without dw), GEMM.wblk and PPU/VEC.param limits
   stages 3, 4: (n_o - 1)*so and (n_i - 1)*si per range, as two 18x18-sized partial products each
            (registered multipliers, hw/dsp.py: the operands in stage 3, the products in stage 4);
            base - limit in stage 3
@@ -73,8 +73,10 @@ def _ranges(w, p: TileParams) -> dict:
                    p.act_lines)],
         O.GEMM: [(f(O.GEMM, "act"), loops[O.GEMM][0], f(O.GEMM, "act_so"), loops[O.GEMM][1], f(O.GEMM, "act_si"),
                   p.act_lines),
-                 (f(O.GEMM, "acc"), loops[O.GEMM][0], f(O.GEMM, "acc_so"), loops[O.GEMM][1], f(O.GEMM, "acc_si"),
-                  p.acc_lines)],
+                 # depthwise mode: n_inner - skip accumulator writes per row (skip < n_inner, or BAD_FIELD)
+                 (f(O.GEMM, "acc"), loops[O.GEMM][0], f(O.GEMM, "acc_so"),
+                  (loops[O.GEMM][1] - f(O.GEMM, "skip")) if p.depthwise else loops[O.GEMM][1],
+                  f(O.GEMM, "acc_si"), p.acc_lines)],
         O.PPU: [(f(O.PPU, "acc"), loops[O.PPU][0], f(O.PPU, "acc_so"), loops[O.PPU][1], f(O.PPU, "acc_si"),
                  p.acc_lines),
                 (f(O.PPU, "out"), loops[O.PPU][0], f(O.PPU, "out_so"), loops[O.PPU][1], f(O.PPU, "out_si"),
@@ -103,8 +105,12 @@ def _flags(w, p: TileParams) -> dict:
     return {
         O.LOAD: (zero(O.LOAD, "rows", "row_beats") | (f(O.LOAD, "mem") > max(isa.Mem)), Const(0, 1)),
         O.STORE: (zero(O.STORE, "rows", "row_beats"), Const(0, 1)),
-        # this RTL has no depthwise mode (tile v2, docs/tile-v2.md): GEMM.dw and GEMM.skip must be 0
-        O.GEMM: (zero(O.GEMM, "n_outer", "n_inner") | f(O.GEMM, "dw").any() | f(O.GEMM, "skip").any(),
+        # GEMM.dw / GEMM.skip (tile v2, docs/tile-v2.md): without the depthwise mode both must be 0; with
+        # it, skip < n_inner when dw = 1, and skip = 0 when dw = 0
+        O.GEMM: ((zero(O.GEMM, "n_outer", "n_inner")
+                  | (f(O.GEMM, "dw") & (f(O.GEMM, "skip") >= f(O.GEMM, "n_inner")))
+                  | (~f(O.GEMM, "dw") & f(O.GEMM, "skip").any())) if p.depthwise
+                 else zero(O.GEMM, "n_outer", "n_inner") | f(O.GEMM, "dw").any() | f(O.GEMM, "skip").any(),
                  f(O.GEMM, "wblk") >= p.wgt_blocks),
         O.PPU: (zero(O.PPU, "n_outer", "n_inner"), f(O.PPU, "param") >= p.param_entries),
         O.VEC: (zero(O.VEC, "n_outer", "n_inner") | (f(O.VEC, "op") > max(isa.VecOp)),

@@ -28,11 +28,20 @@ Forwarding: an ACC read misses the writes of the ML + 1 items ahead of it in the
 (not yet performed when it reads); their sums are kept in ML + 1 registers and selected
 when their address matches (newest first), so consecutive lines may accumulate into the
 same ACC line every cycle (global average pooling) with no spacing in the program.
+
+Depthwise mode (tile v2, `features.depthwise`, docs/tile-v2.md; elaborated only then): beside the
+x register, a shift register of N - 1 lines `sr[c]` holds the lines streamed c cycles earlier; it
+is cleared when the first line of an inner loop enters the x register (a `j == 0` flag travels
+with each line's token, registered once per column). Each line also carries its GEMM's `dw` bit,
+registered once per array row beside x, which selects the MAC array's operand (hw/mac.py). The
+first `skip` lines of every inner loop carry no valid token (no ACC read, write or forwarding), and
+the ACC pointer holds during them (a down-counter reloaded at every inner loop), so the ACC
+addresses count from the first written line. Neither adds a pipeline stage: timing as in v1.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -77,6 +86,8 @@ class GemmEngine(wiring.Component):
         pre_active = Signal()
         pre_cnt = Signal(range(n + 1))
         names = ("act", "acc", "n_outer", "n_inner", "act_so", "act_si", "acc_so", "acc_si", "reset")
+        if p.depthwise:
+            names += ("dw", "skip")
         pre = {k: Signal(field(w, OP, k).shape(), name=f"pre_{k}", reset_less=True) for k in names}
         wblk = Signal(bits_for(p.wgt_blocks), reset_less=True)
         # the fields are captured in every cycle stage 1 is empty (an issue only comes then), so the
@@ -104,9 +115,18 @@ class GemmEngine(wiring.Component):
         st_reset = Signal()
         ready = pre_active & (pre_cnt >= n - 1)
         transfer = Signal()
+        if p.depthwise:
+            # depthwise mode: the first `skip` lines of every inner loop write nothing (a down-counter,
+            # zero from the first written line on), and the ACC pointer holds until then
+            st_dw = Signal()
+            st_skip = Signal(3, reset_less=True)
+            st_sk = Signal(3)
+            st_j0 = Signal()  # the current line is the first of its inner loop
+            writes = st_sk == 0
         loop = loop2d(m, "st", load=transfer, step=st_active, n_outer=pre["n_outer"], n_inner=pre["n_inner"],
                       streams=[(pre["act"], pre["act_so"], pre["act_si"], p.act_bits),
-                               (pre["acc"], pre["acc_so"], pre["acc_si"], p.acc_bits)])
+                               (pre["acc"], pre["acc_so"], pre["acc_si"], p.acc_bits)],
+                      hold={1: ~writes} if p.depthwise else None)
         m.d.comb += transfer.eq(ready & (~st_active | loop.last))
         act_ptr, acc_ptr = loop.ptrs
         with m.If(transfer):
@@ -115,6 +135,15 @@ class GemmEngine(wiring.Component):
             m.d.sync += st_first.eq(0)
             with m.If(loop.last):
                 m.d.sync += st_active.eq(0)
+        if p.depthwise:
+            with m.If(transfer):
+                m.d.sync += [st_dw.eq(pre["dw"]), st_skip.eq(pre["skip"]), st_sk.eq(pre["skip"]), st_j0.eq(1)]
+            with m.Elif(st_active):
+                m.d.sync += st_j0.eq(loop.last_j)
+                with m.If(loop.last_j):
+                    m.d.sync += st_sk.eq(st_skip)
+                with m.Elif(~writes):
+                    m.d.sync += st_sk.eq(st_sk - 1)
         m.d.comb += [self.accept.eq(~pre_active)]
         m.d.comb += self.act_addr.eq(st_active.replicate(p.act_bits) & act_ptr)
 
@@ -129,13 +158,33 @@ class GemmEngine(wiring.Component):
         ta = [Signal(p.acc_bits, name=f"t{k}_acc", reset_less=True) for k in range(depth + 1)]
         tr = [Signal(name=f"t{k}_reset", reset_less=True) for k in range(depth + 1)]
         tf = [Signal(name=f"t{k}_first") for k in range(kx + 1)]
-        m.d.comb += [tv[0].eq(st_active), ta[0].eq(acc_ptr), tr[0].eq(st_reset), tf[0].eq(st_active & st_first)]
+        m.d.comb += [tv[0].eq(st_active & writes if p.depthwise else st_active), ta[0].eq(acc_ptr),
+                     tr[0].eq(st_reset), tf[0].eq(st_active & st_first)]
         for k in range(depth):
             m.d.sync += [tv[k + 1].eq(tv[k]), ta[k + 1].eq(ta[k]), tr[k + 1].eq(tr[k])]
         m.d.sync += [tf[k + 1].eq(tf[k]) for k in range(kx)]
         xreg = Signal(p.line_bits, reset_less=True)
         m.d.sync += xreg.eq(self.act_data)
         m.d.comb += [mac.x.eq(xreg), mac.swap.eq(tf[kx])]
+        if p.depthwise:
+            # the line shift register SR (docs/tile-v2.md): sr[0] = xreg (the current line), sr[c] the line
+            # c cycles earlier, cleared when a first line of an inner loop enters xreg. Its controls travel
+            # with the token: j0 (first of its inner loop) and dw, registered per column / per row.
+            tz = [Signal(name=f"t{k}_j0") for k in range(kx + 1)]
+            td = [Signal(name=f"t{k}_dw") for k in range(kx + 1)]
+            m.d.comb += [tz[0].eq(st_j0), td[0].eq(st_dw)]
+            m.d.sync += [tz[k + 1].eq(tz[k]) for k in range(kx)]
+            m.d.sync += [td[k + 1].eq(td[k]) for k in range(kx)]
+            sr = [xreg]
+            for c in range(1, n):
+                clr = Signal(name=f"sr_clr{c}", attrs=DUP)  # = tz[kx] in the cycle the line enters xreg
+                m.d.sync += clr.eq(tz[kx - 1])
+                r = Signal(p.line_bits, name=f"sr{c}", reset_less=True)
+                m.d.sync += r.eq(Mux(clr, 0, sr[-1]))
+                sr.append(r)
+            dwr = [Signal(name=f"dw{r}", attrs=DUP) for r in range(n)]  # with xreg: the mode of its line
+            m.d.sync += [d.eq(td[kx]) for d in dwr]
+            m.d.comb += [mac.sr.eq(Cat(*sr[1:])), mac.dw.eq(Cat(*dwr))]
 
         # ---- accumulator read-modify-write with forwarding ----
         # The block RAM reads for item i one cycle after its request and misses the writes of the

@@ -29,9 +29,13 @@ class Loop2D:
 
 
 def loop2d(m: Module, name: str, *, load: Value, step: Value, n_outer: Value, n_inner: Value,
-           streams: list[tuple[Value, Value, Value, int]]) -> Loop2D:
+           streams: list[tuple[Value, Value, Value, int]], hold: dict[int, Value] | None = None) -> Loop2D:
     """Build a loop. `load` (priority) restarts it from the given counts and streams
-    `(base, outer_stride, inner_stride, width)`; `step` advances it by one iteration."""
+    `(base, outer_stride, inner_stride, width)`; `step` advances it by one iteration.
+    `hold[k]`: while true, an inner step leaves stream k's pointer where it is (the GEMM's
+    depthwise `skip`: the first lines of a row produce no write, addresses count from the first
+    written one); the outer step always moves it to the next row."""
+    hold = hold or {}
     cw_o, cw_i = len(n_outer), len(n_inner)
     i = Signal(cw_o, name=f"{name}_i")
     j = Signal(cw_i, name=f"{name}_j")
@@ -63,7 +67,7 @@ def loop2d(m: Module, name: str, *, load: Value, step: Value, n_outer: Value, n_
         with m.Elif(step):
             with m.If(last_j):
                 m.d.sync += [row.eq(row + so_r), ptr.eq(row + so_r)]
-            with m.Else():
+            with (m.Elif(~hold[k]) if k in hold else m.Else()):
                 m.d.sync += ptr.eq(ptr + si_r)
         ptrs.append(ptr)
     return Loop2D(i, j, last_i, last_j, ptrs)

@@ -12,13 +12,16 @@ Pipeline (all registered, no combinational path from input to output; MAC_PIPE_S
   cycle c+2    : the products again (the route away from a DSP block is a stage of its own)
   cycles c+3.. : log2(N) adder-tree levels, one register per level (an 8x8 array: 3 levels)
   cycle c+LATENCY: `dot[r]` = sum_c W[r][c] * x[c] (16 + log2 N bits, signed) is valid.
+Depthwise mode (tile v2, `features.depthwise`, docs/tile-v2.md): PE (r, c) takes lane r of the
+line streamed c cycles earlier (`sr`, held by the GEMM engine) instead of lane c of x, when the
+line's registered per-row mode bit `dw[r]` is set: one 2:1 mux per multiplier input, no added stage.
 One register per tree level keeps every stage to one carry chain; the latency only adds a
 constant to GEMM_LATENCY (hwc.isa.Timing).
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Module, Signal, signed
+from amaranth.hdl import Array, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -45,6 +48,9 @@ class MacArray(wiring.Component):
             "swap": In(1),
             "x": In(p.line_bits),
             "dot": Out(p.n * dot_bits(p)),
+            # depthwise mode (features.depthwise): the lines x was 1 .. N-1 cycles earlier (zero before the
+            # inner loop's first line), and per row the mode of the current line
+            **({"sr": In((p.n - 1) * p.line_bits), "dw": In(p.n)} if p.depthwise else {}),
         })
 
     def elaborate(self, platform):
@@ -64,6 +70,11 @@ class MacArray(wiring.Component):
             for c in range(n):
                 w = active[r][8 * c:8 * c + 8].as_signed()
                 x = self.x[8 * c:8 * c + 8].as_signed()
+                if self.p.depthwise:
+                    # PE (r, c) in depthwise mode: lane r of the line c cycles earlier (one 2:1 mux,
+                    # selected by a registered per-row mode bit, in front of the multiplier's register)
+                    line = self.x if c == 0 else self.sr[(c - 1) * self.p.line_bits:c * self.p.line_bits]
+                    x = Mux(self.dw[r], line[8 * r:8 * r + 8].as_signed(), x)
                 prod = Signal(signed(PRODUCT_BITS), name=f"q{r}_{c}", reset_less=True)
                 m.d.sync += prod.eq(dsp.regmul(m, f"mul{r}_{c}", w, x)[:PRODUCT_BITS])
                 level.append(prod)

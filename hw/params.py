@@ -43,6 +43,8 @@ class TileParams:
     acc_lines: int
     wgt_bank_blocks: int
     param_entries: int
+    post_unit: bool = False   # tile v2 (docs/tile-v2.md): PPU/VEC/FILL in their own POST unit
+    depthwise: bool = False   # tile v2: GEMM.dw / GEMM.skip
 
     @classmethod
     def from_target(cls, target: dict) -> TileParams:
@@ -54,7 +56,9 @@ class TileParams:
                    n=target["array"]["rows"], beat_bytes=target["bus"]["bytes"],
                    read_latency=target["bus"]["read_latency"], fifo_depth=target["decoder"]["fifo_depth"],
                    act_lines=sp["act_lines"], acc_lines=sp["acc_lines"], wgt_bank_blocks=sp["wgt_bank_blocks"],
-                   param_entries=sp["param_entries"])
+                   param_entries=sp["param_entries"],
+                   post_unit=bool(target.get("features", {}).get("post_unit")),
+                   depthwise=bool(target.get("features", {}).get("depthwise")))
 
     # ---- derived sizes ----
     @property

@@ -25,6 +25,18 @@ is unspecified, see below):
   WGT   two banks of line_bits x wgt_bank_blocks*N rows (ping-pong: LOAD writes one bank
         while GEMM preloads from the other; the bank is the top row-address bit)
   PARAM beat_bits x param_entries*PARAM_ENTRY_BEATS
+
+Tile v2 (docs/tile-v2.md), generated per target: `features.post_unit` moves PPU/VEC/FILL into a
+fourth unit, POST (hw/compute.py, PostUnit; wait bit Wait.POST; dbg_unit_busy grows to four bits),
+and `features.depthwise` adds GEMM.dw/GEMM.skip to the GEMM engine and the MAC array (hw/gemm.py,
+hw/mac.py) and to the pre-decode checks (hw/fetch.py). Each is elaborated only when enabled; with both
+off the tile is the v1 tile above. With the POST unit:
+  ACT   port A is the GEMM's (reads only); port B is shared by POST, LOAD-into-ACT and STORE: the
+        issue stage never runs two of them at the same time (a LOAD into ACT or a STORE waits for
+        POST to be idle, a POST instruction for the STORE unit and any LOAD into ACT)
+  ACC   duplicated: every GEMM write goes to both copies; the GEMM's read-modify-write reads `acc`,
+        the PPU reads `acc_post`, so the two never share a read port (and need no arbitration or
+        banking rule in the program). Cost: a second ACC's worth of block RAM.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from amaranth.lib.wiring import In, Out
 
 from hwc import isa
 
-from .compute import ComputeUnit
+from .compute import ComputeUnit, PostUnit
 from .dma import LoadEngine, StoreEngine
 from .fetch import KINDS, Fetch
 from .params import CYCLE_BITS, DRAM_ADDR_BITS, LEN_BITS, PC_BITS, TileParams, bits_for, wait_mask
@@ -57,21 +69,12 @@ def tile_signature(p: TileParams) -> dict:
         "dmem_wr_addr": Out(DRAM_ADDR_BITS), "dmem_wr_data": Out(p.beat_bits), "dmem_wr_valid": Out(1),
         "dmem_wr_ready": In(1),
         # observation (testbench monitors, performance counters)
-        "dbg_issue": Out(1), "dbg_pc": Out(PC_BITS), "dbg_unit_busy": Out(3),
+        "dbg_issue": Out(1), "dbg_pc": Out(PC_BITS), "dbg_unit_busy": Out(4 if p.post_unit else 3),
     }
 
 
 class Tile(wiring.Component):
     def __init__(self, target: dict):
-        on = sorted(k for k, v in target.get("features", {}).items() if v)
-        if on:
-            from hwc.errors import TargetError
-
-            raise TargetError(
-                f"Target {target.get('name')!r} enables features.{', features.'.join(on)}: the tile v2 design "
-                f"(docs/tile-v2.md) exists in the Python model and the scheduler only; the RTL implements "
-                f"tile v1. Set the features to false to generate hardware, or build without HDL "
-                f"(`hwc build --no-hdl`, API hdl=False) to measure v2 in the cycle model.")
         self.p = TileParams.from_target(target)
         super().__init__(tile_signature(self.p))
 
@@ -82,6 +85,8 @@ class Tile(wiring.Component):
         m.submodules.load = load = LoadEngine(p)
         m.submodules.store = store = StoreEngine(p)
         m.submodules.compute = cmp = ComputeUnit(p)
+        if p.post_unit:
+            m.submodules.post = post = PostUnit(p)
 
         # ---- memories ----
         # A read of an address that is written in the same cycle (by another port, or by the same
@@ -99,6 +104,8 @@ class Tile(wiring.Component):
 
         m.submodules.act = act = memory(p.line_bits, p.act_lines)
         m.submodules.acc = acc = memory(p.acc_line_bits, p.acc_lines)
+        if p.post_unit:  # the POST unit's copy of the accumulators: written with acc, read by the PPU only
+            m.submodules.acc_post = acc_post = memory(p.acc_line_bits, p.acc_lines)
         m.submodules.param = param = memory(p.beat_bits, p.param_beats)
         banks = []
         for b in range(2):
@@ -117,20 +124,43 @@ class Tile(wiring.Component):
             m.d.sync += r.eq(value)
             return r
 
-        # ACT: two read/write ports (A: compute, B: DMA)
-        a_w, b_w = act.write_port(), act.write_port()
-        a_r, b_r = act.read_port(), act.read_port()
-        a_addr = reg(cmp.act_addr, "act_a_addr")
-        m.d.comb += [a_r.addr.eq(a_addr), a_w.addr.eq(a_addr), a_w.en.eq(reg(cmp.act_we, "act_a_we", False)),
-                     a_w.data.eq(reg(cmp.act_wdata, "act_a_wdata")), cmp.act_rdata.eq(reg(a_r.data, "act_a_rdata"))]
-        b_addr = reg(Mux(load.act_we, load.waddr[:p.act_bits], store.act_addr), "act_b_addr")
-        m.d.comb += [b_r.addr.eq(b_addr), b_w.addr.eq(b_addr), b_w.en.eq(reg(load.act_we, "act_b_we", False)),
-                     b_w.data.eq(reg(load.wdata, "act_b_wdata")), store.act_data.eq(reg(b_r.data, "act_b_rdata"))]
+        if not p.post_unit:
+            # ACT: two read/write ports (A: compute, B: DMA)
+            a_w, b_w = act.write_port(), act.write_port()
+            a_r, b_r = act.read_port(), act.read_port()
+            a_addr = reg(cmp.act_addr, "act_a_addr")
+            m.d.comb += [a_r.addr.eq(a_addr), a_w.addr.eq(a_addr), a_w.en.eq(reg(cmp.act_we, "act_a_we", False)),
+                         a_w.data.eq(reg(cmp.act_wdata, "act_a_wdata")),
+                         cmp.act_rdata.eq(reg(a_r.data, "act_a_rdata"))]
+            b_addr = reg(Mux(load.act_we, load.waddr[:p.act_bits], store.act_addr), "act_b_addr")
+            m.d.comb += [b_r.addr.eq(b_addr), b_w.addr.eq(b_addr), b_w.en.eq(reg(load.act_we, "act_b_we", False)),
+                         b_w.data.eq(reg(load.wdata, "act_b_wdata")), store.act_data.eq(reg(b_r.data, "act_b_rdata"))]
+        else:
+            # tile v2: ACT port A is the GEMM's (read only); port B is shared by POST, LOAD-into-ACT and
+            # STORE, which the issue stage never runs at the same time (POST and STORE address zero when
+            # unused); the read data register feeds STORE and POST alike.
+            b_w = act.write_port()
+            a_r, b_r = act.read_port(), act.read_port()
+            m.d.comb += [a_r.addr.eq(reg(cmp.act_addr, "act_a_addr")), cmp.act_rdata.eq(reg(a_r.data, "act_a_rdata"))]
+            b_addr = reg(Mux(load.act_we, load.waddr[:p.act_bits], store.act_addr | post.act_addr), "act_b_addr")
+            b_rdata = reg(b_r.data, "act_b_rdata")
+            m.d.comb += [b_r.addr.eq(b_addr), b_w.addr.eq(b_addr),
+                         b_w.en.eq(reg(load.act_we | post.act_we, "act_b_we", False)),
+                         b_w.data.eq(reg(Mux(load.act_we, load.wdata, post.act_wdata), "act_b_wdata")),
+                         store.act_data.eq(b_rdata), post.act_rdata.eq(b_rdata)]
 
         c_r, c_w = acc.read_port(), acc.write_port()
         m.d.comb += [c_r.addr.eq(reg(cmp.acc_raddr, "acc_raddr")), cmp.acc_rdata.eq(reg(c_r.data, "acc_rdata")),
                      c_w.addr.eq(reg(cmp.acc_waddr, "acc_waddr")), c_w.data.eq(reg(cmp.acc_wdata, "acc_wdata")),
                      c_w.en.eq(reg(cmp.acc_we, "acc_we", False))]
+        if p.post_unit:
+            # tile v2: the GEMM's read-modify-write and the PPU's reads never share a read port: the
+            # accumulators are duplicated, every GEMM write goes to both copies (each with its own
+            # registered inputs, beside its block RAMs), the PPU reads the second one
+            d_r, d_w = acc_post.read_port(), acc_post.write_port()
+            m.d.comb += [d_r.addr.eq(reg(post.acc_raddr, "accp_raddr")), post.acc_rdata.eq(reg(d_r.data, "accp_rdata")),
+                         d_w.addr.eq(reg(cmp.acc_waddr, "accp_waddr")), d_w.data.eq(reg(cmp.acc_wdata, "accp_wdata")),
+                         d_w.en.eq(reg(cmp.acc_we, "accp_we", False))]
 
         bank_bits = p.wgt_bits - 1
         wgt_raddr = reg(cmp.wgt_addr, "wgt_raddr")
@@ -147,7 +177,8 @@ class Tile(wiring.Component):
         m.d.comb += cmp.wgt_data.eq(Mux(rbank, rdata[1], rdata[0]))
 
         pr, pw = param.read_port(), param.write_port()
-        m.d.comb += [pr.addr.eq(reg(cmp.param_addr, "param_raddr")), cmp.param_data.eq(reg(pr.data, "param_rdata")),
+        puser = post if p.post_unit else cmp  # the PPU/VEC's unit
+        m.d.comb += [pr.addr.eq(reg(puser.param_addr, "param_raddr")), puser.param_data.eq(reg(pr.data, "param_rdata")),
                      pw.addr.eq(reg(load.waddr[:p.param_bits], "param_waddr")),
                      pw.data.eq(reg(load.wdata, "param_wdata")), pw.en.eq(reg(load.param_we, "param_we", False))]
 
@@ -165,6 +196,8 @@ class Tile(wiring.Component):
         running = Signal()
         pc = Signal(PC_BITS)
         busy = running | fetch.busy | load.busy | store.busy | cmp.busy
+        if p.post_unit:
+            busy = busy | post.busy
         # `start` is accepted when the tile was not busy in the previous cycle (nor started in it): a
         # register, so the wide start logic does not wait for the busy signals of every unit
         busy_q = Signal()
@@ -186,7 +219,8 @@ class Tile(wiring.Component):
         kind = {k: fetch.head_kind[i] for i, k in enumerate(KINDS)}
         issue = Signal()
         to_load, to_store = issue & kind["load"], issue & kind["store"]
-        to_cmp = issue & (kind["gemm"] | kind["compute"])
+        v2 = p.post_unit  # tile v2: PPU/VEC/FILL ("compute" kind) go to the POST unit
+        to_cmp = issue & (kind["gemm"] if v2 else (kind["gemm"] | kind["compute"]))
         load_busy, load_act_busy, store_busy, cmp_busy = (Signal(name=n) for n in (
             "load_busy_q", "load_act_busy_q", "store_busy_q", "cmp_busy_q"))
         gemm_ok = Signal()
@@ -195,17 +229,33 @@ class Tile(wiring.Component):
                      store_busy.eq(store.busy | to_store), cmp_busy.eq(cmp.busy | to_cmp),
                      gemm_ok.eq(cmp.accept_gemm & ~to_cmp)]
         idle = {isa.Wait.LOAD: ~load_busy, isa.Wait.COMPUTE: ~cmp_busy, isa.Wait.STORE: ~store_busy}
+        if v2:
+            to_post = issue & kind["compute"]
+            post_busy = Signal(name="post_busy_q")
+            m.d.sync += post_busy.eq(post.busy | to_post)
+            idle[isa.Wait.POST] = ~post_busy
         wait_ok = 1
         for k, (flag, unit_idle) in enumerate(idle.items()):
             assert flag == 1 << k
             wait_ok = wait_ok & (~wait[k] | unit_idle)
         all_idle = idle[isa.Wait.LOAD] & idle[isa.Wait.COMPUTE] & idle[isa.Wait.STORE]
-        can = (~fetch.head_kind.any()  # NOP
-               | (kind["load"] & ~load_busy & (~fetch.head_load_act | ~store_busy))
-               | (kind["store"] & ~store_busy & ~load_act_busy)
-               | (kind["gemm"] & gemm_ok)
-               | (kind["compute"] & ~cmp_busy)
-               | (kind["finish"] & all_idle))
+        if v2:
+            all_idle = all_idle & idle[isa.Wait.POST]
+        if v2:
+            # ACT port B: POST, LOAD-into-ACT and STORE exclude each other (docs/tile-v2.md)
+            can = (~fetch.head_kind.any()  # NOP
+                   | (kind["load"] & ~load_busy & (~fetch.head_load_act | (~store_busy & ~post_busy)))
+                   | (kind["store"] & ~store_busy & ~load_act_busy & ~post_busy)
+                   | (kind["gemm"] & gemm_ok)
+                   | (kind["compute"] & ~post_busy & ~load_act_busy & ~store_busy)
+                   | (kind["finish"] & all_idle))
+        else:
+            can = (~fetch.head_kind.any()  # NOP
+                   | (kind["load"] & ~load_busy & (~fetch.head_load_act | ~store_busy))
+                   | (kind["store"] & ~store_busy & ~load_act_busy)
+                   | (kind["gemm"] & gemm_ok)
+                   | (kind["compute"] & ~cmp_busy)
+                   | (kind["finish"] & all_idle))
         head = running & fetch.head_valid
         fault = head & (fetch.head_err != isa.ErrorCode.NONE)
         m.d.comb += issue.eq(head & ~fault & wait_ok & can)
@@ -214,7 +264,9 @@ class Tile(wiring.Component):
                      store.start.eq(to_store), store.word.eq(word),
                      cmp.start.eq(to_cmp), cmp.word.eq(word),
                      self.dbg_issue.eq(issue), self.dbg_pc.eq(pc),
-                     self.dbg_unit_busy.eq(Cat(load.busy, cmp.busy, store.busy))]
+                     self.dbg_unit_busy.eq(Cat(load.busy, cmp.busy, store.busy, *([post.busy] if v2 else [])))]
+        if v2:
+            m.d.comb += [post.start.eq(to_post), post.word.eq(word)]
         with m.If(issue):
             m.d.sync += pc.eq(pc + 1)
             with m.If(kind["finish"]):

@@ -118,7 +118,8 @@ def matmul(target: dict, rng, pixels: int, k: int, m: int, overlap: bool = True,
             prog.append(isa.make(Op.GEMM, Wait.LOAD, wblk=wblk, act=i * pixels, acc=o * pixels, n_outer=2,
                                  n_inner=half, act_so=half, act_si=1, acc_so=half, acc_si=1, reset=int(i == 0)))
             s += 1
-        prog.append(isa.make(Op.PPU, acc=o * pixels, out=act_out + o * pixels, n_outer=2, n_inner=half,
+        # Wait.COMPUTE: a no-op on tile v1 (one unit), needed with a POST unit (tile v2)
+        prog.append(isa.make(Op.PPU, Wait.COMPUTE, acc=o * pixels, out=act_out + o * pixels, n_outer=2, n_inner=half,
                              acc_so=half, acc_si=1, out_so=half, out_si=1, param=o))
         prog.append(isa.make(Op.STORE, Wait.COMPUTE, dram=y_at + o * pixels, sram=act_out + o * pixels, rows=2,
                              row_beats=half, dram_stride=half, sram_stride=half))
@@ -209,7 +210,8 @@ def pool_sum(target: dict, rng, pixels: int, name: str = "pool") -> Workload:
                      acc_so=0, acc_si=0, reset=1),
             isa.make(Op.GEMM, wblk=wblk, act=1, acc=7, n_outer=2, n_inner=half, act_so=half, act_si=1,
                      acc_so=0, acc_si=0, reset=0),
-            isa.make(Op.PPU, acc=7, out=pixels, n_outer=1, n_inner=1, acc_so=0, acc_si=0, out_so=0, out_si=0,
+            isa.make(Op.PPU, Wait.COMPUTE, acc=7, out=pixels, n_outer=1, n_inner=1, acc_so=0, acc_si=0, out_so=0,
+                     out_si=0,
                      param=1),
             isa.make(Op.STORE, Wait.COMPUTE, dram=y_at, sram=pixels, rows=1, row_beats=1, dram_stride=0,
                      sram_stride=0),

@@ -93,8 +93,7 @@ def cmd_disasm(args) -> int:
 def add_build_options(parser) -> None:
     g = parser.add_argument_group("tile targets")
     g.add_argument("--no-hdl", action="store_true",
-                   help="do not generate tile.v (faster; needed for targets with tile v2 features, which exist in "
-                        "the Python model only, docs/tile-v2.md)")
+                   help="do not generate tile.v (faster: the cycle model and the CPU reference still run)")
 
 
 def add_parsers(sub) -> None:

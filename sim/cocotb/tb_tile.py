@@ -91,7 +91,8 @@ class Monitor:
     def __init__(self, dut):
         self.dut = dut
         self.issues: list[tuple[int, int]] = []
-        self.unit_busy = [0, 0, 0]
+        self.units = len(dut.dbg_unit_busy)  # LOAD, COMPUTE, STORE (and POST on tile v2 targets)
+        self.unit_busy = [0] * self.units
         self.done_cycle = self.error_cycle = None
 
     def sample(self, cycle: int) -> None:
@@ -99,7 +100,7 @@ class Monitor:
         if d.dbg_issue.value:
             self.issues.append((int(d.dbg_pc.value), cycle))
         ub = int(d.dbg_unit_busy.value)
-        for k in range(3):
+        for k in range(self.units):
             self.unit_busy[k] += (ub >> k) & 1
         if self.done_cycle is None and d.done.value:
             self.done_cycle = cycle

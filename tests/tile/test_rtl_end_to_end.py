@@ -5,6 +5,7 @@ int8 reference interpreter's and the CPU int8 bundle's (ARCHITECTURE.md, the bit
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import hwc
 
@@ -37,3 +38,66 @@ def test_bit_exact_chain_includes_the_cpu_int8_bundle():
     ref = tile.run(x, engine="reference")["logits"]
     np.testing.assert_array_equal(tile.run(x, engine="model")["logits"], ref)
     np.testing.assert_array_equal(cpu.run(x)["logits"], ref)
+
+
+def test_depthwise_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
+    """Tile v2 (docs/tile-v2.md) end to end: a small CNN with depthwise convolutions (stride 1 and 2) built
+    for a v2 variant of tile8x8, with HDL; the program uses GEMM.dw / GEMM.skip and the POST unit; the
+    generated tile.v's outputs and cycles equal the model's, whose outputs equal the int8 reference's."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.ref.interp import run_graph
+    from hwc.tile.build import build_tile
+
+    target = dict(load_target("tile8x8"), features={"post_unit": True, "depthwise": True})
+    b = QBuilder(seed=21)
+    x = b.input("x", (1, 6, 9, 9), zp=-3)
+    y = b.conv(x, 16, relu=True)
+    y = b.conv(y, 16, k=3, group=16, relu=True)                                  # depthwise, stride 1
+    y = b.conv(y, 16, k=3, stride=2, pads=[0, 0, 1, 1], group=16, relu=True)     # depthwise, stride 2
+    y = b.conv(y, 12, k=1, pads=[0, 0, 0, 0])
+    g = b.output(y)
+    verify(g)
+    art = build_tile(g, target, hdl=True)
+    assert art.tile_v and "acc_post" in art.tile_v
+    prog = isa.from_bytes(art.program)
+    assert any(i.op == isa.Op.GEMM and i.get("dw") and i.get("skip") for i in prog)
+    assert any(int(i.wait) & isa.Wait.POST for i in prog)
+    feeds = {"x": np.random.default_rng(4).integers(-128, 128, (1, 6, 9, 9)).astype(np.int8)}
+    want = run_graph(g, feeds)
+    model = art.run(feeds, engine="model")
+    model_cycles = art.last_run["cycles"]
+    rtl = art.run(feeds, engine="rtl")
+    rtl_cycles = art.last_run["cycles"]
+    for name in g.outputs:
+        np.testing.assert_array_equal(model[name], want[name])
+        np.testing.assert_array_equal(rtl[name], want[name])
+    assert rtl_cycles == model_cycles == art.report["cycles"]
+
+
+@pytest.mark.slow
+def test_ds_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
+    """MLPerf-Tiny-shaped DS-CNN (depthwise-separable) on the v2 tile8x8 through the RTL (about 1.5 min):
+    the whole program's cycles equal the model's, the outputs the int8 reference's."""
+    from hwc.targets import load_target
+
+    from hwc.frontend import import_onnx
+    from hwc.quant.build import quantize_model
+    from hwc.tile.build import build_tile
+    from hwc.zoo import MODELS, random_inputs
+
+    model = MODELS["ds_cnn"]()
+    target = dict(load_target("tile8x8"), features={"post_unit": True, "depthwise": True})
+    art = build_tile(quantize_model(import_onnx(model), target, random_inputs(model, n=32, seed=3)), target)
+    feeds = {k: v[0] for k, v in random_inputs(model, n=1, seed=9).items()}
+    ref = art.run(feeds, engine="reference")
+    got = art.run(feeds, engine="model")
+    model_cycles = art.last_run["cycles"]
+    rtl = art.run(feeds, engine="rtl")
+    for k in ref:
+        np.testing.assert_array_equal(got[k], ref[k])
+        np.testing.assert_array_equal(rtl[k], ref[k])
+    assert art.last_run["cycles"] == model_cycles == art.report["cycles"]

@@ -233,9 +233,9 @@ def test_depthwise_mode(c, h, w, stride, k, pads, target):
             assert lines(prog) == lines(isa.from_bytes(v1.program))
 
 
-def test_cli_v2_target_needs_no_hdl(tmp_path, capsys):
-    """A target YAML with v2 features builds with --no-hdl (the cycle model runs it, exactly); with HDL it
-    is a clear error (exit 2), since the RTL implements tile v1."""
+def test_cli_v2_target_builds_with_hdl(tmp_path, capsys):
+    """A target YAML with v2 features builds with HDL (the RTL implements tile v2, docs/tile-v2.md: tile.v
+    with the POST unit and the depthwise mode) and with --no-hdl (the cycle model runs it, exactly)."""
     import yaml
 
     from hwc.cli import main
@@ -247,10 +247,9 @@ def test_cli_v2_target_needs_no_hdl(tmp_path, capsys):
     p.write_text(yaml.safe_dump(doc))
     args = ["build", str(examples / "digits_cnn.onnx"), "--target", str(p), "--calib",
             str(examples / "digits_calib.npz")]
-    assert main([*args, "-o", str(tmp_path / "hdl")]) == 2
-    err = capsys.readouterr().err
-    assert "features.depthwise, features.post_unit" in " ".join(err.split()) and "--no-hdl" in err
-    assert not (tmp_path / "hdl").exists()
+    assert main([*args, "-o", str(tmp_path / "hdl")]) == 0
+    text = (tmp_path / "hdl" / "tile.v").read_text()
+    assert "acc_post" in text and "post_busy_q" in text, "the v2 tile.v has the POST unit and its ACC copy"
     assert main([*args, "-o", str(tmp_path / "v2"), "--no-hdl"]) == 0
     assert not (tmp_path / "v2" / "tile.v").exists()
     assert main(["sim", str(tmp_path / "v2"), "--input", str(examples / "digits_test.npz")]) == 0
