@@ -116,7 +116,9 @@ def validate_tile(doc: dict, where: str) -> dict:
     out["features"] = {"post_unit": False, "depthwise": False, **doc.get("features", {})}
     out["derived"] = {
         "config_name": f"{rows}x{cols}_i8w8a32_act{sp['act_lines']}_acc{sp['acc_lines']}"
-                       f"_wgt{sp['wgt_bank_blocks']}x2_bus{bus['bytes'] * 8}",
+                       f"_wgt{sp['wgt_bank_blocks']}x2_bus{bus['bytes'] * 8}"
+                       + "".join(f"_{tag}" for key, tag in (("post_unit", "post"), ("depthwise", "dw"))
+                                 if out["features"][key]),
         "macs_per_cycle": rows * cols,
         "act_bytes": sp["act_lines"] * cols,
         "acc_bytes": sp["acc_lines"] * rows * 4,
