@@ -5,6 +5,7 @@ BENCHMARKS.md).
 
     python benchmarks/tile.py            # all models, both tiles
     python benchmarks/tile.py --quick    # resnet8 on tile8x8 only
+    python benchmarks/tile.py --v1       # the v1 tile (docs/tile.md) instead of the bundled v2
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import statistics
 import sys
 import time
 
-from hwc.targets import load_target
+from hwc.targets import load_target, tile_variant
 
 from hwc.errors import UnsupportedError
 from hwc.frontend import import_onnx
@@ -31,10 +32,10 @@ CASES = [
 ]
 
 
-def measure(model, target_name: str, v2: bool = False) -> dict:
+def measure(model, target_name: str, v1: bool = False) -> dict:
     target = load_target(target_name)
-    if v2:  # docs/tile-v2.md: the POST unit and the depthwise mode
-        target = dict(target, features={"post_unit": True, "depthwise": True})
+    if v1:  # the bundled targets are tile v2 (docs/tile-v2.md); v1 (docs/tile.md) has both features off
+        target = tile_variant(target, post_unit=False, depthwise=False)
     calib = random_inputs(model, n=32, seed=3)
     t0 = time.perf_counter()
     q = quantize_model(import_onnx(model), target, calib)
@@ -61,7 +62,7 @@ def measure(model, target_name: str, v2: bool = False) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--v2", action="store_true", help="the tile v2 features (docs/tile-v2.md), in the model")
+    ap.add_argument("--v1", action="store_true", help="the v1 tile (docs/tile.md): the v2 features off")
     args = ap.parse_args(argv)
     targets = ["tile8x8"] if args.quick else ["tile8x8", "tile32x32"]
     cases = CASES[:1] if args.quick else CASES
@@ -71,7 +72,7 @@ def main(argv=None) -> None:
     for name, fn in cases:
         model = fn()
         for tn in targets:
-            m = measure(model, tn, args.v2)
+            m = measure(model, tn, args.v1)
             print(f"| {name} | {tn} | {m['macs']:,} | {m['cycles']:,} | {m['util']:.1%} | {m['hidden']:.0%} | "
                   f"{m['no_db']:,} ({m['no_db_util']:.1%}, {m['no_db_hidden']:.0%}) | "
                   f"{m['no_stack']} | {m['compile_s']:.2f} | {m['run_s']:.3f} |",

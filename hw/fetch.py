@@ -9,7 +9,8 @@ Pre-decode (PREDECODE_STAGES = 9 register stages between the imem data and the F
 computes the instruction's error code once, so the issue stage only looks at two bits: every
 address an instruction will touch lies in a 2-D range `base + i*so + j*si` (i < n_o, j < n_i),
 whose extremes are at its corners (stage k is the k-th register after the imem data):
-  stage 1: the instruction word, registered as it arrives
+  stage 1: the instruction word, registered as it arrives (with the depthwise mode, also a
+           GEMM's n_inner - skip)
   stage 2: per opcode, up to three ranges (base, n_o - 1, so, n_i - 1, si, limit),
            zero counts, bad LOAD.mem / VEC.op, GEMM.dw/skip (set without the depthwise mode;
            with it, skip >= n_inner or skip without dw), GEMM.wblk and PPU/VEC.param limits
@@ -52,7 +53,7 @@ LO_BITS = 17  # the stride's low part in a partial product (unsigned, fits an 18
 SUM_W = PROD_W + 3
 
 
-def _ranges(w, p: TileParams) -> dict:
+def _ranges(w, p: TileParams, ni_dw=None) -> dict:
     """op -> list of (base, n_outer, outer stride, n_inner, inner stride, limit) for every address stream."""
     O = isa.Op
     ext = 1 << DRAM_ADDR_BITS
@@ -75,7 +76,7 @@ def _ranges(w, p: TileParams) -> dict:
                   p.act_lines),
                  # depthwise mode: n_inner - skip accumulator writes per row (skip < n_inner, or BAD_FIELD)
                  (f(O.GEMM, "acc"), loops[O.GEMM][0], f(O.GEMM, "acc_so"),
-                  (loops[O.GEMM][1] - f(O.GEMM, "skip")) if p.depthwise else loops[O.GEMM][1],
+                  ni_dw if p.depthwise else loops[O.GEMM][1],
                   f(O.GEMM, "acc_si"), p.acc_lines)],
         O.PPU: [(f(O.PPU, "acc"), loops[O.PPU][0], f(O.PPU, "acc_so"), loops[O.PPU][1], f(O.PPU, "acc_si"),
                  p.acc_lines),
@@ -89,7 +90,7 @@ def _ranges(w, p: TileParams) -> dict:
     }
 
 
-def _flags(w, p: TileParams) -> dict:
+def _flags(w, p: TileParams, ni_dw=None) -> dict:
     """op -> (bad_field, scalar_out_of_range) as Values."""
     O = isa.Op
 
@@ -108,7 +109,7 @@ def _flags(w, p: TileParams) -> dict:
         # GEMM.dw / GEMM.skip (tile v2, docs/tile-v2.md): without the depthwise mode both must be 0; with
         # it, skip < n_inner when dw = 1, and skip = 0 when dw = 0
         O.GEMM: ((zero(O.GEMM, "n_outer", "n_inner")
-                  | (f(O.GEMM, "dw") & (f(O.GEMM, "skip") >= f(O.GEMM, "n_inner")))
+                  | (f(O.GEMM, "dw") & (ni_dw[-1] | (ni_dw == 0)))  # skip >= n_inner
                   | (~f(O.GEMM, "dw") & f(O.GEMM, "skip").any())) if p.depthwise
                  else zero(O.GEMM, "n_outer", "n_inner") | f(O.GEMM, "dw").any() | f(O.GEMM, "skip").any(),
                  f(O.GEMM, "wblk") >= p.wgt_blocks),
@@ -165,8 +166,12 @@ class Fetch(wiring.Component):
         # stage 1 registers the instruction as it arrives; the checks start from that register
         w = Signal(isa.INSN_BITS, name="w_in", reset_less=True)
         m.d.sync += w.eq(self.imem_data)
+        ni_dw = None
+        if p.depthwise:  # beside it, a GEMM's n_inner - skip (ACC writes per row), so stage 2 has one adder
+            ni_dw = Signal(signed(COUNT_W + 1), name="w_in_ni_dw", reset_less=True)
+            m.d.sync += ni_dw.eq(field(self.imem_data, isa.Op.GEMM, "n_inner") - field(self.imem_data, isa.Op.GEMM, "skip"))
         op = opcode(w)
-        ranges, flags = _ranges(w, p), _flags(w, p)
+        ranges, flags = _ranges(w, p, ni_dw), _flags(w, p, ni_dw)
         legal = Const(0, 1)
         for o in isa.Op:
             legal = legal | (op == o)

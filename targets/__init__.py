@@ -62,3 +62,14 @@ def _read(spec: str) -> tuple[str, str]:
         raise TargetError(f"Unknown target {spec!r}. Bundled targets: {', '.join(bundled_targets())}; "
                           f"or pass the path of a target .yaml file.")
     return res.read_text(), f"{spec}.yaml"
+
+
+def tile_variant(target: dict[str, Any], **features: bool) -> dict[str, Any]:
+    """`target` (a validated tile target) with some `features` switched (docs/tile-v2.md), validated
+    again so the derived values (the configuration name) follow: `tile_variant(t, post_unit=False,
+    depthwise=False)` is the v1 tile of docs/tile.md."""
+    from hwc.targets.tile_schema import validate_tile
+
+    doc = {k: v for k, v in target.items() if k != "derived"}
+    doc["features"] = {**target.get("features", {}), **features}
+    return validate_tile(doc, f"{target.get('name')} (variant)")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hwc.targets import load_target
+from hwc.targets import load_target, tile_variant
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from qgraphs import QBuilder
@@ -15,10 +15,11 @@ from hwc.ir import verify
 from hwc.ref.interp import run_graph
 from hwc.tile.build import build_tile
 
-TARGETS = {name: load_target(name) for name in ("tile8x8", "tile32x32")}
-# v2 (docs/tile-v2.md): the post-processing unit and the depthwise mode, checked in the model
+# the bundled targets (tile v2, docs/tile-v2.md: the post-processing unit and the depthwise mode)
+# and their v1 variants (docs/tile.md), all checked in the model
+TARGETS = {name: tile_variant(load_target(name), post_unit=True, depthwise=True) for name in ("tile8x8", "tile32x32")}
 for _name in ("tile8x8", "tile32x32"):
-    TARGETS[f"{_name}-v2"] = dict(TARGETS[_name], features={"post_unit": True, "depthwise": True})
+    TARGETS[f"{_name}-v1"] = tile_variant(TARGETS[_name], post_unit=False, depthwise=False)
 
 
 def check_exact(g, target, seed=0, im2col=True):
@@ -172,16 +173,21 @@ def test_stacking_thin_tensors_is_exact_and_faster(c):
     assert stacked.report["cycles"] < flat.report["cycles"]
 
 
-def test_double_buffering_ablation():
+@pytest.mark.parametrize("target", ["tile8x8", "tile8x8-v1"])
+def test_double_buffering_ablation(target):
     b = QBuilder(seed=5)
     x = b.input("x", (1, 16, 16, 16), zp=0)
     g = b.output(b.conv(b.conv(x, 64), 64))
-    on = check_exact(g, TARGETS["tile8x8"])
-    off = build_tile(g, TARGETS["tile8x8"], hdl=False, double_buffer=False)
+    on = check_exact(g, TARGETS[target])
+    off = build_tile(g, TARGETS[target], hdl=False, double_buffer=False)
     feeds = {"x": np.random.default_rng(2).integers(-128, 128, (1, 16, 16, 16)).astype(np.int8)}
     np.testing.assert_array_equal(off.run(feeds)[g.outputs[0]], run_graph(g, feeds)[g.outputs[0]])
-    assert off.report["weight_load_hidden"] < 0.05 < 0.9 < on.report["weight_load_hidden"]
+    assert 0.9 < on.report["weight_load_hidden"]
     assert on.report["cycles"] < off.report["cycles"]
+    if target.endswith("-v1"):  # v1: a single-banked load waits for every compute instruction (PPUs too)
+        assert off.report["weight_load_hidden"] < 0.05
+    else:  # v2: without the second bank a load still overlaps the POST unit's PPUs, never a GEMM
+        assert off.report["weight_load_hidden"] < 0.6
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
@@ -208,8 +214,8 @@ def test_host_fallback_between_tile_segments(target):
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 20), st.integers(3, 12), st.integers(3, 12), st.sampled_from([1, 2]), st.sampled_from([2, 3, 5]),
-       st.lists(st.integers(0, 2), min_size=4, max_size=4), st.sampled_from(["tile8x8-v2", "tile32x32-v2"]))
-@example(5, 3, 3, 2, 2, [0, 0, 0, 0], "tile8x8-v2")
+       st.lists(st.integers(0, 2), min_size=4, max_size=4), st.sampled_from(["tile8x8", "tile32x32"]))
+@example(5, 3, 3, 2, 2, [0, 0, 0, 0], "tile8x8")
 def test_depthwise_mode(c, h, w, stride, k, pads, target):
     """v2 depthwise mode: exact, and it streams fewer lines through the array than diagonal blocks."""
     from hwc import isa
@@ -222,7 +228,7 @@ def test_depthwise_mode(c, h, w, stride, k, pads, target):
     art = check_exact(b.output(z), TARGETS[target])
     prog = isa.from_bytes(art.program)
     lines = lambda p: sum(i.get("n_outer") * i.get("n_inner") for i in p if i.op == isa.Op.GEMM)
-    v1 = build_tile(b.g, TARGETS[target.replace("-v2", "")], hdl=False)
+    v1 = build_tile(b.g, TARGETS[target + "-v1"], hdl=False)
     if 2 * c > TARGETS[target]["array"]["rows"]:  # thinner tensors are stacked (several pixels a line) instead
         assert any(i.op == isa.Op.GEMM and i.get("dw") for i in prog)
         # the mode merges the kernel columns of one stride phase into one GEMM: with k <= stride every
