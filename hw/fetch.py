@@ -169,7 +169,8 @@ class Fetch(wiring.Component):
         ni_dw = None
         if p.depthwise:  # beside it, a GEMM's n_inner - skip (ACC writes per row), so stage 2 has one adder
             ni_dw = Signal(signed(COUNT_W + 1), name="w_in_ni_dw", reset_less=True)
-            m.d.sync += ni_dw.eq(field(self.imem_data, isa.Op.GEMM, "n_inner") - field(self.imem_data, isa.Op.GEMM, "skip"))
+            m.d.sync += ni_dw.eq(field(self.imem_data, isa.Op.GEMM, "n_inner")
+                                 - field(self.imem_data, isa.Op.GEMM, "skip"))
         op = opcode(w)
         ranges, flags = _ranges(w, p, ni_dw), _flags(w, p, ni_dw)
         legal = Const(0, 1)
