@@ -288,13 +288,9 @@ def _random_word(rng, target) -> int:
     return word
 
 
-def test_predecode_error_codes_match_model():
-    t = small_target(n=4)
-    p = TileParams.from_target(t)
-    model = TileModel(t)
-    rng = np.random.default_rng(4)
-    words = [_random_word(rng, t) for _ in range(300)]
-    dut = Fetch(p)
+def _predecode(target, words):
+    """The error code the Fetch unit's pre-decode gives each instruction word, in order."""
+    dut = Fetch(TileParams.from_target(target))
     got = []
 
     async def bench(ctx):
@@ -310,6 +306,15 @@ def test_predecode_error_codes_match_model():
                 ctx.set(dut.pop, 1)
             await ctx.tick()
     run(dut, bench)
+    return got
+
+
+def test_predecode_error_codes_match_model():
+    t = small_target(n=4)
+    model = TileModel(t)
+    rng = np.random.default_rng(4)
+    words = [_random_word(rng, t) for _ in range(300)]
+    got = _predecode(t, words)
 
     def model_code(w):
         op = w & 0xF

@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
-from hwc.hw.fetch import Fetch
 from hwc.hw.params import TileParams
-from test_hw_blocks import GemmHarness, _gemm, _random_word, run, small_target, unlanes
+from test_hw_blocks import GemmHarness, _gemm, _predecode, _random_word, small_target, unlanes
 
 from hwc import isa
 
@@ -99,26 +98,6 @@ def test_gemm_engine_depthwise_mode_with_skip(case):
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-
-
-def _predecode(target, words):
-    dut = Fetch(TileParams.from_target(target))
-    got = []
-
-    async def bench(ctx):
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        for w in words + [None] * (isa.PREDECODE_STAGES + 2):
-            ctx.set(dut.imem_data_valid, int(w is not None))
-            ctx.set(dut.imem_data, w or 0)
-            ctx.set(dut.pop, 0)
-            if ctx.get(dut.head_valid):
-                got.append(ctx.get(dut.head_err))
-                ctx.set(dut.pop, 1)
-            await ctx.tick()
-    run(dut, bench)
-    return got
 
 
 def test_predecode_v2_gemm_fields():

@@ -279,18 +279,24 @@ def workloads(t: dict) -> list[programs.Workload]:
     return fixed_workloads(t) + random_workloads(t, N_RANDOM, seed=100) + v2_error_workloads(t)
 
 
+def _model_and_rtl(t, out, wls):
+    """Every workload through the Python model ((result, memory image after) per name) and through
+    out/tile.v under Icarus (the cocotb results per name)."""
+    models, scenarios = {}, []
+    for w in wls.values():
+        dram = bytearray(w.dram)
+        models[w.name] = (TileModel(t).run(None, dram, w.prog_addr), dram)
+        scenarios.append(Scenario(w.name, bytes(w.dram), w.prog_addr, expect_cycles=models[w.name][0].cycles))
+    return models, run_scenarios(t, out / "tile.v", scenarios, workdir=out / "work", build_root=out / "build")
+
+
 @pytest.fixture(scope="module")
 def rtl(tmp_path_factory):
     t = v2("tile8x8")
     out = tmp_path_factory.mktemp("hw_tile8x8_v2")
     generate(t, out)
     wls = {w.name: w for w in workloads(t)}
-    models, scenarios = {}, []
-    for w in wls.values():
-        dram = bytearray(w.dram)
-        models[w.name] = (TileModel(t).run(None, dram, w.prog_addr), dram)
-        scenarios.append(Scenario(w.name, bytes(w.dram), w.prog_addr, expect_cycles=models[w.name][0].cycles))
-    results = run_scenarios(t, out / "tile.v", scenarios, workdir=out / "work", build_root=out / "build")
+    models, results = _model_and_rtl(t, out, wls)
     return t, out, wls, models, results
 
 
@@ -360,12 +366,7 @@ def rtl_one_feature(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"hw_tile8x8_{request.param}")
     generate(t, out)
     wls = {w.name: w for w in fixed_workloads(t) + random_workloads(t, 4, seed=300)}
-    models, scenarios = {}, []
-    for w in wls.values():
-        dram = bytearray(w.dram)
-        models[w.name] = (TileModel(t).run(None, dram, w.prog_addr), dram)
-        scenarios.append(Scenario(w.name, bytes(w.dram), w.prog_addr, expect_cycles=models[w.name][0].cycles))
-    results = run_scenarios(t, out / "tile.v", scenarios, workdir=out / "work", build_root=out / "build")
+    models, results = _model_and_rtl(t, out, wls)
     return t, wls, models, results
 
 
@@ -390,12 +391,7 @@ def rtl32(tmp_path_factory):
     out = tmp_path_factory.mktemp("hw_tile32x32_v2")
     generate(t, out)
     wls = {w.name: w for w in random_workloads(t, 3, seed=500) + v2_error_workloads(t)}
-    models, scenarios = {}, []
-    for w in wls.values():
-        dram = bytearray(w.dram)
-        models[w.name] = (TileModel(t).run(None, dram, w.prog_addr), dram)
-        scenarios.append(Scenario(w.name, bytes(w.dram), w.prog_addr, expect_cycles=models[w.name][0].cycles))
-    results = run_scenarios(t, out / "tile.v", scenarios, workdir=out / "work", build_root=out / "build")
+    models, results = _model_and_rtl(t, out, wls)
     return t, wls, models, results
 
 
