@@ -33,6 +33,10 @@ from hwc.lower.memplan import Interval, check_plan, lower_bound, naive_total, pe
 from hwc.tile.layers import AddLayer, ConvLayer, GapLayer, MaxPoolLayer, TilePlan, TileTensor
 
 INT8_MIN = -128
+#: A model input is loaded per channel block in about this many row chunks (a first-layer GEMM waits for
+#: the chunks it reads only), each of at least MIN_CHUNK_LINES lines (a LOAD costs a bus latency).
+INPUT_CHUNKS = 8
+MIN_CHUNK_LINES = 64
 
 
 @dataclass
@@ -84,6 +88,9 @@ class Codegen:
         self.depthwise = bool(feats.get("depthwise"))   # v2: GEMM.dw
         self.tiling = tiling          # v2 pixel-tile policy: "cost" (model), "quarter" or "max"
         self._halo_pending = None     # v2: output halo FILLs wait for the layer's first PPU
+        self._drip: list[tuple] = []  # v2: halo FILL runs not yet emitted (dripped between GEMMs)
+        self._clock = [0, 0]          # v2: estimated GEMM stream time, estimated time POST is free
+        self.timing = isa.Timing.from_target(target)
         self._post_writes = None      # v2: lines the last POST instruction writes (None: nothing pending)
         self._acc_half = 0
         self.plan = plan
@@ -100,6 +107,7 @@ class Codegen:
         self.params: list[bytes] = []
         self.param_index: dict[bytes, int] = {}
         self.layer = -1
+        self.in_chunks: dict[str, list[tuple[int, int]]] = {}   # model input -> row ranges of its LOAD chunks
         self.temps: list[tuple[TileTensor, int]] = []   # (tensor, layer step) scratch for max pooling
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -154,6 +162,10 @@ class Codegen:
             # flight (when a POST instruction issues, every earlier one has finished).
             if opcode in (Op.PPU, Op.FILL):
                 wait |= Wait.COMPUTE
+            if opcode == Op.GEMM:
+                self._fills_before(g, region)
+            elif opcode == Op.VEC:
+                self.flush_fills(g)
             if opcode == Op.GEMM and _overlaps(region, self._post_writes):
                 wait |= Wait.POST
             if wait & Wait.POST:
@@ -161,14 +173,77 @@ class Codegen:
             if opcode in (Op.PPU, Op.VEC, Op.FILL):
                 self._post_writes = region if region is not None else ("*", None, -1 << 30, 1 << 30)
             if opcode == Op.PPU and self._halo_pending is not None:
+                # The layer's output halos: this first PPU waits for COMPUTE, so every GEMM before it (the
+                # earlier layers', which may read lines aliasing the output) has finished; the GEMMs after it
+                # read this layer's input only. So the FILLs need no wait: they are dripped between later
+                # GEMMs where POST is idle (a batch of them would block the in-order issue of GEMMs).
                 pending, self._halo_pending = self._halo_pending, None
-                g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait))
-                for t in pending:  # the layer's output halos, once its first PPU has drained GEMMs
-                    self.fill_halo(g, t)
-                return
+                for t in pending:
+                    self._drip += [(self.layer, *run) for run in self._halo_runs(t)]
+            self._estimate(opcode, fields, wait)
+        if opcode == Op.GEMM and region is not None and region[0] in self.in_chunks:
+            needs = self._needed_chunks(needs, region)
         g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait))
         lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
         g.est += {Op.GEMM: max(lines, self.n + 2), Op.PPU: lines + 20, Op.VEC: 3 * lines + 15}.get(opcode, lines + 2)
+        if opcode == Op.GEMM and self._drip:
+            self._drip_fills(g, lines)
+
+    def _needed_chunks(self, needs, region) -> tuple:
+        """A GEMM reading rows [y0, y1) of channel block cb (None: all) of a model input needs only the
+        input's LOAD chunks holding them."""
+        name, cb, y0, y1 = region
+        keep = [d for d in needs if not (isinstance(d, tuple) and d[0] == name)]
+        return tuple(keep) + tuple((name, c) for c, (b, r0, r1) in enumerate(self.in_chunks[name])
+                                   if r0 < y1 and y0 < r1 and cb in (None, b))
+
+    def _estimate(self, opcode: Op, fields: dict, wait: Wait = Wait.NONE) -> None:
+        """v2: a rough clock of the GEMM stream and of POST, to place dripped FILLs where POST is idle."""
+        t, lines = self.timing, fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
+        if opcode == Op.GEMM:
+            if wait & Wait.POST:
+                self._clock[0] = max(self._clock)
+            self._clock[0] += max(lines, t.N + t.GEMM_SETUP + 1)
+            return
+        start = self._clock[1]
+        if wait & Wait.COMPUTE:  # waits for the GEMMs to drain
+            start = max(self._clock[0] + t.GEMM_LATENCY, self._clock[1])
+            self._clock[0] = start + t.N + t.GEMM_SETUP
+        busy = {Op.PPU: t.PPU_OVERHEAD + lines, Op.VEC: t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines}
+        self._clock[1] = start + busy.get(opcode, t.FILL_OVERHEAD + lines) + 1
+
+    def _drip_fills(self, g: Group, lines: int) -> None:
+        """After a GEMM streaming `lines`: as many pending halo FILLs as POST can take (idle by the GEMM's
+        start, estimated) while the next GEMM's issue may still wait (about lines - N cycles)."""
+        t = self.timing
+        gemm_start = self._clock[0] - max(lines, t.N + t.GEMM_SETUP + 1)
+        if self._clock[1] > gemm_start:
+            return
+        room = lines - t.N - 4
+        while self._drip and room > 0:
+            _, region, addr, count, value = self._drip.pop(0)
+            room -= t.FILL_OVERHEAD + count + 2
+            self._emit_fill(g, region, addr, count, value)
+
+    def _fills_before(self, g: Group, read) -> None:
+        """Before a GEMM reading `read`: the pending FILLs up to the last one it reads (it then waits POST)."""
+        last = max((k for k, d in enumerate(self._drip) if _overlaps(read, d[1])), default=-1)
+        for _ in range(last + 1):
+            self._emit_fill(g, *self._drip.pop(0)[1:])
+
+    def _emit_fill(self, g: Group, region, addr: int, count: int, value: int) -> None:
+        self._post_writes = region
+        self._estimate(Op.FILL, {"count": count})
+        g.compute.append(Emitted((Op.FILL, {"addr": addr, "count": count, "value": value}), frozenset(),
+                                 self.layer, Wait.NONE))
+        g.est += count + 2
+
+    def flush_fills(self, g: Group | None = None, before: int | None = None) -> None:
+        """v2: the pending halo FILLs (of layers before `before`; None: all). A layer's output halo may be
+        pending into its consumer (that layer's GEMMs take the FILLs they read first) but not beyond:
+        the tensor's lines may be reused once its consumers are done."""
+        while self._drip and (before is None or self._drip[0][0] < before):
+            self._emit_fill(g or self.last(), *self._drip.pop(0)[1:])
 
     # ---- 1. geometry --------------------------------------------------------------------------
     def assign_geometry(self) -> None:
@@ -253,19 +328,23 @@ class Codegen:
                              "end": iv.end} for iv in ivs]}  # lines; steps = layers (the report's plot)
 
     # ---- 3. layers ------------------------------------------------------------------------------
-    def fill_halo(self, g: Group, t: TileTensor) -> None:
+    def _halo_runs(self, t: TileTensor) -> list[tuple]:
+        """The FILL runs of a tensor's halo: (region, first line, count, byte) each; a run's region names the
+        rows it touches (the top rows and row 0's left pad; row y's right pad and row y+1's left pad; ...)."""
         if t.fill is None or not any(t.pads):
-            return
+            return []
         pt, pl, pb, pr = t.pads
-        v = t.fill & 0xFF
+        runs = []
         for cb in range(t.cb):
-            runs = [(t.line(cb, -pt, -pl), pt * t.wp + pl)]
-            runs += [(t.line(cb, y, t.w), pr + pl) for y in range(t.h - 1)]
-            runs.append((t.line(cb, t.h - 1, t.w), pr + pb * t.wp))
-            for addr, count in runs:
-                if count:
-                    self.compute(g, Op.FILL, region=(t.name, cb, -1 << 30, 1 << 30), addr=addr, count=count,
-                                 value=v)
+            spans = [(t.line(cb, -pt, -pl), pt * t.wp + pl, -pt, 1)]
+            spans += [(t.line(cb, y, t.w), pr + pl, y, y + 2) for y in range(t.h - 1)]
+            spans.append((t.line(cb, t.h - 1, t.w), pr + pb * t.wp, t.h - 1, t.h + pb))
+            runs += [((t.name, cb, y0, y1), addr, count, t.fill & 0xFF) for addr, count, y0, y1 in spans if count]
+        return runs
+
+    def fill_halo(self, g: Group, t: TileTensor) -> None:
+        for region, addr, count, value in self._halo_runs(t):
+            self.compute(g, Op.FILL, region=region, addr=addr, count=count, value=value)
 
     def emit_conv(self, layer: ConvLayer, loads: dict) -> None:
         n = self.n
@@ -280,18 +359,22 @@ class Codegen:
             raise UnsupportedError(f"layer {layer.name!r}: an output row of {wo} pixels does not fit "
                                    f"{acc_cap} accumulator lines", [layer.name])
         rows_per_tile = max(1, min(ho, acc_cap // wo))
-        if self.post_unit and self.tiling == "cost":
-            rows_per_tile = self._tile_rows(layer, ho, wo, rows_per_tile)
-        elif self.post_unit and self.tiling == "quarter":
-            rows_per_tile = min(rows_per_tile, max(-(-ho // 4), -(-8 * n // wo)))
         cbo, cbi = -(-m // n), -(-c // n)
         wpad = np.zeros((cbo * n, cbi * n, kh, kw), np.int8)
         wpad[:m, :c] = layer.weight
-        needs_in = loads.get(layer.src, ())
         dw_mode = (self.depthwise and layer.group == c == m and kw > 1 and src.s2d == dst.s2d == 1)
+        mode = "rows"   # depthwise: "diag", "rows", "cols" or "image" (docs/tile-v2.md, "Depthwise schedules")
+        if dw_mode and self.tiling == "cost":
+            rows_per_tile, mode = self._dw_plan(layer, wpad, ho, wo, rows_per_tile)
+        elif self.post_unit and self.tiling == "cost":
+            rows_per_tile = self._tile_rows(layer, ho, wo, rows_per_tile)
+        elif self.post_unit and self.tiling == "quarter":
+            rows_per_tile = min(rows_per_tile, max(-(-ho // 4), -(-8 * n // wo)))
+        needs_in = loads.get(layer.src, ())
         for cob in range(cbo):
-            # a tap: (ky, first input column, input block, weight block, dw, skip, column step)
-            taps = self._dw_taps(layer, wpad, cob) if dw_mode else None
+            # a tap: (ky, first input column, input block, weight block, dw, skip, column step); "cols":
+            # (kx, first input row offset, input block, weight block, 1, skip, row step)
+            taps = self._dw_taps(layer, wpad, cob, mode) if dw_mode and mode != "diag" else None
             if taps is None:
                 taps = []
                 for ky in range(kh):
@@ -316,40 +399,110 @@ class Codegen:
                 for ci, chunk in enumerate(chunks):
                     if len(chunks) > 1:  # the cob's weights exceed a bank: reload them per pixel tile
                         g = self.weighted([t[3] for t in chunk])
-                    for k, (ky, x0, cib, data, dwf, skip, si) in enumerate(chunk):
-                        y0 = oy0 * sh + ky * dh - pt
-                        self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, cib, y0, y0 + (rows - 1) * sh + 1),
-                                     wblk=g.block(data),
-                                     act=src.line(cib, oy0 * sh + ky * dh - pt, x0),
-                                     acc=acc, n_outer=rows, n_inner=wo + skip, act_so=sh * src.wp, act_si=si,
-                                     acc_so=wo, acc_si=1, reset=int(ci == 0 and k == 0), dw=dwf, skip=skip)
-                self.compute(g, Op.PPU, region=(dst.name, cob, oy0, oy0 + rows), acc=acc, out=dst.line(cob, oy0, 0),
-                             n_outer=rows, n_inner=wo, acc_so=wo, acc_si=1, out_so=dst.wp, out_si=1, param=entry)
+                    for k, (kk, off, cib, data, dwf, skip, si) in enumerate(chunk):
+                        f = self._gemm_fields(layer, mode, oy0, rows, kk, off, cib, skip, si)
+                        self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc,
+                                     reset=int(ci == 0 and k == 0), dw=dwf, skip=skip, **f)
+                self.compute(g, Op.PPU, region=(dst.name, cob, oy0, oy0 + rows), out=dst.line(cob, oy0, 0),
+                             param=entry, **self._ppu_fields(layer, mode, acc, rows))
                 if self.layer in self.fused_adds:
                     self.emit_add(self.fused_adds[self.layer], loads, cbs=[cob], rows=(oy0, rows))
                 acc = self._next_acc()
 
-    def _tile_rows(self, layer: ConvLayer, ho: int, wo: int, most: int) -> int:
+    def _gemm_fields(self, layer: ConvLayer, mode: str, oy0: int, rows: int, kk: int, off: int, cib: int,
+                     skip: int, si: int) -> dict:
+        """The stream of one GEMM of a pixel tile: `rows` output rows from oy0, for a tap (kk, off)."""
+        src, wo = self.tensor(layer.src), self.tensor(layer.dst).w
+        (sh, sw), (dh, dw), (pt, pl) = layer.strides, layer.dilations, layer.pads[:2]
+        if mode == "cols":  # down the columns: line j of column ox is input row y0 + j * si
+            y0 = oy0 * sh + off
+            return dict(region=(src.name, cib, y0, y0 + (rows + skip - 1) * si + 1),
+                        act=src.line(cib, y0, kk * dw - pl), n_outer=wo, n_inner=rows + skip, act_so=sw,
+                        act_si=si * src.wp, acc_so=rows, acc_si=1)
+        if mode == "image":  # the padded rows in one stream: every tap is a fixed distance back
+            y0 = oy0 * sh - pt
+            return dict(region=(src.name, cib, y0, y0 + (rows - 1) * sh + (layer.weight.shape[2] - 1) * dh + 1),
+                        act=src.line(cib, y0, -pl), n_outer=1, n_inner=self._image_lines(layer, rows), act_so=0,
+                        act_si=1, acc_so=0, acc_si=1)
+        y0 = oy0 * sh + kk * dh - pt
+        return dict(region=(src.name, cib, y0, y0 + (rows - 1) * sh + 1), act=src.line(cib, y0, off),
+                    n_outer=rows, n_inner=wo + skip, act_so=sh * src.wp, act_si=si, acc_so=wo, acc_si=1)
+
+    def _ppu_fields(self, layer: ConvLayer, mode: str, acc: int, rows: int) -> dict:
+        """How the PPU reads a pixel tile's accumulators (as the GEMMs of `mode` left them)."""
+        dst, wo = self.tensor(layer.dst), self.tensor(layer.dst).w
+        if mode == "cols":  # column by column
+            return dict(acc=acc, n_outer=wo, n_inner=rows, acc_so=rows, acc_si=1, out_so=1, out_si=dst.wp)
+        if mode == "image":  # output (y, x) at its last tap's line; the lines in between are not outputs
+            (sh, sw), (dh, dw), (_, _, kh, kw) = layer.strides, layer.dilations, layer.weight.shape
+            wp = self.tensor(layer.src).wp
+            return dict(acc=acc + (kh - 1) * dh * wp + (kw - 1) * dw, n_outer=rows, n_inner=wo, acc_so=sh * wp,
+                        acc_si=sw, out_so=dst.wp, out_si=1)
+        return dict(acc=acc, n_outer=rows, n_inner=wo, acc_so=wo, acc_si=1, out_so=dst.wp, out_si=1)
+
+    def _image_lines(self, layer: ConvLayer, rows: int) -> int:
+        """Lines an "image" depthwise GEMM streams for `rows` output rows (up to the last output's last tap)."""
+        (sh, sw), (dh, dw), (_, _, kh, kw) = layer.strides, layer.dilations, layer.weight.shape
+        wp, wo = self.tensor(layer.src).wp, self.tensor(layer.dst).w
+        return ((rows - 1) * sh + (kh - 1) * dh) * wp + (wo - 1) * sw + (kw - 1) * dw + 1
+
+    def _tile_rows(self, layer: ConvLayer, ho: int, wo: int, most: int, dw: tuple | None = None):
         """v2: output rows per pixel tile. More tiles let a tile's PPU (and fused add) overlap the next
         tile's GEMMs, but cost a weight preload per GEMM when tiles are short: pick the cheapest by a
-        small cost model (GEMM cycles vs the post-processing left exposed after the last tile)."""
+        small cost model (GEMM cycles vs the post-processing left exposed after the last tile).
+        `dw` = (GEMMs per tile, skip, mode) for a depthwise-mode layer: then returns (cost, rows)."""
         n = self.n
         m, c, kh, kw = layer.weight.shape
         cbo = -(-m // n)
         taps = kh * max(1, kw if layer.group == 1 else 1) * (1 if layer.group > 1 else -(-c // n))
         fused = self.layer in self.fused_adds
         best = None
-        for r in sorted({most, *(max(1, -(-ho // k)) for k in (2, 4, 8, 16))}):
+        for r in sorted({most, *(max(1, -(-ho // k)) for k in (2, 4, 8, 16) if self.post_unit)}):
             if r > most:
                 continue
             tiles = -(-ho // r)
             p = r * wo
-            gemm_tile = taps * max(p, n + 2)
+            if dw is None:
+                gemm_tile = taps * max(p, n + 2)
+            else:
+                ntaps, skip, mode = dw
+                lines = {"rows": r * (wo + skip), "cols": wo * (r + skip), "diag": p}.get(mode) or \
+                    self._image_lines(layer, r)
+                gemm_tile = ntaps * max(lines, n + 2)
             post_tile = p + 20 + (3 * p + 15 if fused else 0)
             cost = cbo * tiles * max(gemm_tile, post_tile) + post_tile
             if best is None or cost < best[0]:
                 best = (cost, r)
-        return best[1]
+        return best if dw is not None else best[1]
+
+    def _dw_plan(self, layer: ConvLayer, wpad: np.ndarray, ho: int, wo: int, most: int) -> tuple[int, str]:
+        """Depthwise mode: rows per tile and the stream, whichever the cost model prefers: "diag" (no mode: a
+        diagonal block per tap), "rows" (a GEMM
+        per kernel row, its columns in the array's columns), "cols" (the same down the columns) or
+        "image" (all taps in one GEMM over whole padded rows, when every tap is fewer than N lines back).
+        A "rows" or "cols" GEMM wastes `skip` lines per inner loop: along a short row that is a large share;
+        "image" wastes the padding columns but streams every line once."""
+        src, dst = self.tensor(layer.src), self.tensor(layer.dst)
+        acc_cap = self.acc_lines // 2 if self.post_unit else self.acc_lines
+        best = None
+        for mode in ("diag", "rows", "cols", "image"):
+            taps = [None] * (layer.weight.shape[2] * layer.weight.shape[3]) if mode == "diag" else \
+                self._dw_taps(layer, wpad, 0, mode)
+            if taps is None:
+                continue
+            cap = most
+            if mode == "cols" and not (layer.strides[0] * src.wp <= 127 and dst.wp <= 127):
+                continue  # act_si and the PPU's out_si are 8-bit fields
+            if mode == "image":
+                cap = max((r for r in range(1, most + 1) if self._image_lines(layer, r) <= min(acc_cap, 4095)),
+                          default=0)
+                if not cap:
+                    continue
+            skip = max((t[5] for t in taps if t), default=0)
+            cost, rows = self._tile_rows(layer, ho, wo, cap, (max(1, len(taps)), skip, mode))
+            if best is None or cost < best[0]:
+                best = (cost, rows, mode)
+        return (best[1], best[2]) if best else (self._tile_rows(layer, ho, wo, most), "rows")
 
     def _acc_base(self) -> int:
         return self._acc_half * (self.acc_lines // 2) if self.post_unit else 0
@@ -359,13 +512,29 @@ class Codegen:
         self._acc_half ^= 1
         return self._acc_base()
 
-    def _dw_taps(self, layer: ConvLayer, wpad: np.ndarray, cob: int):
+    def _dw_taps(self, layer: ConvLayer, wpad: np.ndarray, cob: int, mode: str = "rows"):
         """Depthwise-mode taps (docs/tile-v2.md): per kernel row and column phase of the stride, one GEMM
         whose weight column c multiplies the line streamed c earlier: taps kx of phase a at offsets
-        d = (kx*dx - pl - a) / sx land in column dmax - d. None when the kernel does not fit the mode."""
+        d = (kx*dx - pl - a) / sx land in column dmax - d. "cols": the same with rows and columns swapped.
+        "image": one GEMM, tap (ky, kx) in column (kh-1-ky)*dy*Wp + (kw-1-kx)*dx. None when the kernel does
+        not fit the mode."""
         n = self.n
         _, _, kh, kw = wpad.shape
-        sx, dx, pl = layer.strides[1], layer.dilations[1], layer.pads[1]
+        diag = lambda ky, kx: np.diagonal(wpad[cob * n:(cob + 1) * n, cob * n:(cob + 1) * n, ky, kx])  # noqa: E731
+        if mode == "image":
+            (dy, dx), wp = layer.dilations, self.tensor(layer.src).wp
+            if (kh - 1) * dy * wp + (kw - 1) * dx >= n:
+                return None
+            blk = np.zeros((n, n), np.int8)
+            for ky in range(kh):
+                for kx in range(kw):
+                    blk[:, (kh - 1 - ky) * dy * wp + (kw - 1 - kx) * dx] = diag(ky, kx)
+            return [(0, 0, cob, blk.tobytes(), 1, 0, 1)]
+        if mode == "cols":
+            kh, kw = kw, kh
+            sx, dx, pl = layer.strides[0], layer.dilations[0], layer.pads[0]
+        else:
+            sx, dx, pl = layer.strides[1], layer.dilations[1], layer.pads[1]
         taps = []
         for ky in range(kh):
             for a in range(sx):
@@ -379,8 +548,7 @@ class Codegen:
                     return None
                 blk = np.zeros((n, n), np.int8)
                 for kx in kxs:
-                    for r in range(n):
-                        blk[r, dmax - d[kx]] = wpad[cob * n + r, cob * n + r, ky, kx]
+                    blk[:, dmax - d[kx]] = diag(kx, ky) if mode == "cols" else diag(ky, kx)
                 if blk.any():
                     taps.append((ky, sx * dmin + a, cob, blk.tobytes(), 1, skip, sx))
         return taps
@@ -492,12 +660,22 @@ class Codegen:
                 temps[layer.name] = tuple(pair)
         self.fused_adds = self._fusable_adds() if self.post_unit else {}
         act = self.plan_act()
-        # input loads are LOAD ids 1.. (0 = params)
-        loads = {name: (1 + k,) for k, name in enumerate(plan.inputs)}
+        # LOAD ids: -1 and -2 the params (two parts), (input, chunk) a model input's rows in chunks (so that
+        # the first layer starts on the first rows while the next ones load), 1000 + k weight group k.
+        loads = {}
         for name in plan.inputs:
-            self.fill_halo(self.last(), self.tensor(name))
+            t = self.tensor(name)
+            step = max(1, -(-t.h // INPUT_CHUNKS), -(-MIN_CHUNK_LINES // t.w))
+            self.in_chunks[name] = [(cb, r, min(t.h, r + step)) for r in range(0, t.h, step) for cb in range(t.cb)]
+            loads[name] = tuple((name, c) for c in range(len(self.in_chunks[name])))
+        for name in plan.inputs:
+            if self.post_unit:  # dripped: a first-layer GEMM waits for the FILLs of the rows it reads only
+                self._drip += [(-1, *run) for run in self._halo_runs(self.tensor(name))]
+            else:
+                self.fill_halo(self.last(), self.tensor(name))
         layer_records = []
         for i, layer in enumerate(plan.layers):
+            self.flush_fills(before=i - 1)
             self.layer = i
             start_group = len(self.groups)
             if self.post_unit and isinstance(layer, (ConvLayer, GapLayer)):
@@ -517,6 +695,7 @@ class Codegen:
                 self.emit_maxpool(layer, loads, temps)
             layer_records.append({"name": layer.name, "op": layer.op, "macs": layer.macs,
                                   "groups": [start_group, len(self.groups)]})
+        self.flush_fills()
         self.layer = -1
         return self.finalize(act, layer_records)
 
@@ -567,21 +746,58 @@ class Codegen:
             emit(Op.LOAD, f.pop("wait", Wait.NONE), **f)
             last_load[0] = load_id
 
-        if self.params:
-            load(0, mem=int(Mem.PARAM), dram=base // beat, sram=0, rows=1, row_beats=len(self.params) * self.peb,
-                 dram_stride=0, sram_stride=0)
-        for k, name in enumerate(plan.inputs):
-            t = self.tensor(name)
-            for cb in range(t.cb):
-                load(1 + k, mem=int(Mem.ACT), dram=(inputs[name] // beat) + cb * t.h * t.w, sram=t.line(cb, 0, 0),
-                     rows=t.h, row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
+        # LOAD placement. The LOAD unit is serial and instructions issue in order, so a LOAD blocks the
+        # instructions behind it until the one before it has completed: loads go into the program as late as
+        # possible, one ahead of their use. Input chunks load in the order compute first needs them, one
+        # more in flight. The first group's followers (the params, the next group's weights) wait until its
+        # input chunks are in (the params the first PPUs need, then those weights, then the other params).
         wid = {id(g): 1000 + k for k, g in enumerate(weighted)}
+        order = [d for g in self.groups for e in g.compute for d in sorted(e.needs, key=str) if isinstance(d, tuple)]
+        order += [(name, c) for name in plan.inputs for c in range(len(self.in_chunks[name]))]
+        order = list(dict.fromkeys(order))
+        group_chunks = {id(g): {d for e in g.compute for d in e.needs if isinstance(d, tuple)} for g in self.groups}
+        first_w = next((k for k, g in enumerate(self.groups) if g.blocks), len(self.groups))
+        head = 1 + max((e.insn_args[1]["param"] for g in self.groups[:first_w + 1] for e in g.compute
+                        if e.insn_args[0] in (Op.PPU, Op.VEC)), default=len(self.params) - 1)
+        loaded: set = set()
+
+        def load_chunk(d):
+            if d in loaded:
+                return
+            loaded.add(d)
+            name, c = d
+            t = self.tensor(name)
+            cb, r0, r1 = self.in_chunks[name][c]
+            load(d, mem=int(Mem.ACT), dram=(inputs[name] // beat) + (cb * t.h + r0) * t.w, sram=t.line(cb, r0, 0),
+                 rows=r1 - r0, row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
+
+        def load_params(part):
+            lo, hi = (0, head) if part == 0 else (head, len(self.params))
+            if hi > lo:
+                load(-1 - part, mem=int(Mem.PARAM), dram=base // beat + lo * self.peb, sram=lo * self.peb,
+                     rows=1, row_beats=(hi - lo) * self.peb, dram_stride=0, sram_stride=0)
 
         def load_group(g, wait):
             load(wid[id(g)], wait=wait, mem=int(Mem.WGT), dram=g.dram // beat,
                  sram=g.bank * self.bank_blocks * n, rows=1, row_beats=len(g.blocks) * n, dram_stride=0,
                  sram_stride=0)
 
+        deferred = [(-1, lambda: load_params(0))]
+        if weighted and self.double_buffer and len(weighted) > 1:
+            deferred.append((wid[id(weighted[1])], lambda: load_group(weighted[1], Wait.NONE)))
+        deferred.append((-2, lambda: load_params(1)))
+
+        def flush(upto=None, most=None):
+            """The deferred loads, up to the one with id `upto` (None: all), at most `most` of them."""
+            ids = [d for d, _ in deferred]
+            k = len(deferred) if upto is None else (ids.index(upto) + 1 if upto in ids else 0)
+            k = k if most is None else min(k, most)
+            for _, fn in deferred[:k]:
+                fn()
+            del deferred[:k]
+
+        if order:
+            load_chunk(order[0])
         if weighted and self.double_buffer:
             load_group(weighted[0], Wait.NONE)
         wi = 0
@@ -589,22 +805,38 @@ class Codegen:
             is_w = g.blocks is not None and g.blocks
             if is_w:
                 if not self.double_buffer:  # ablation: load each group only once the previous one is done
+                    flush()
                     load_group(g, Wait.COMPUTE)
-                elif wi + 1 < len(weighted):
-                    load_group(weighted[wi + 1], Wait.COMPUTE if wi >= 1 else Wait.NONE)
+                elif wi >= 1:
+                    flush()
+                    if wi + 1 < len(weighted):
+                        load_group(weighted[wi + 1], Wait.COMPUTE)
                 wi += 1
             for e in g.compute:
                 op, fields = e.insn_args
                 needs = set(e.needs)
                 if op in (Op.PPU, Op.VEC):
-                    needs.add(0)
+                    needs.add(-1 if fields.get("param", 0) < head else -2)
                 if is_w and op == Op.GEMM:
                     needs.add(wid[id(g)])
                 fields = dict(fields)
                 if op == Op.GEMM and is_w:
                     fields["wblk"] += g.bank * self.bank_blocks
+                chunks = sorted((d for d in needs if isinstance(d, tuple)), key=order.index)
+                for d in chunks:
+                    load_chunk(d)
+                for d in needs:
+                    flush(d)
                 wait = (Wait.LOAD if last_load[0] in needs else Wait.NONE) | e.wait
                 emit(op, wait, e.layer, **fields)
+                nxt = next((d for d in order if d not in loaded), None)
+                if chunks and nxt in group_chunks[id(g)]:
+                    load_chunk(nxt)  # the next chunk loads while this one is computed on
+                elif op == Op.GEMM:  # one at a time: a LOAD blocks the issue until the one before it is done
+                    flush(most=1)
+        for d in order:
+            load_chunk(d)
+        flush()
         for k, name in enumerate(plan.outputs):
             t = self.tensor(name)
             for cb in range(t.cb):

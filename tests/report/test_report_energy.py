@@ -28,10 +28,11 @@ def matmul_tile():
 
 def test_the_matmul_program_is_the_one_computed_by_hand(matmul_tile):
     prog = isa.from_bytes(matmul_tile.program)
+    # the PARAM load goes behind the GEMM's loads: only the PPU needs it
     assert [(i.op, i.get("mem") if i.op == isa.Op.LOAD else None) for i in prog] == [
-        (isa.Op.LOAD, isa.Mem.PARAM), (isa.Op.LOAD, isa.Mem.ACT), (isa.Op.LOAD, isa.Mem.WGT), (isa.Op.GEMM, None),
+        (isa.Op.LOAD, isa.Mem.ACT), (isa.Op.LOAD, isa.Mem.WGT), (isa.Op.GEMM, None), (isa.Op.LOAD, isa.Mem.PARAM),
         (isa.Op.PPU, None), (isa.Op.STORE, None), (isa.Op.FINISH, None)]
-    load_param, load_x, load_w, gemm, ppu, store, _ = prog
+    load_x, load_w, gemm, load_param, ppu, store, _ = prog
     assert load_param.rows * load_param.row_beats == 10            # one PARAM entry: ceil((4*8+4*8+8+3)/8) beats
     assert load_x.rows * load_x.row_beats == 1 and load_w.rows * load_w.row_beats == 8
     assert gemm.n_outer * gemm.n_inner == 1 and ppu.n_outer * ppu.n_inner == 1
