@@ -7,6 +7,7 @@ the default) or in the RTL (cocotb + Icarus), with the exact same inputs and out
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import numpy as np
 
 from hwc import isa
 from hwc.artifact import Artifact, register
-from hwc.errors import UserError
+from hwc.errors import UnsupportedError, UserError
 from hwc.ir.graph import Graph
 from hwc.ir.serialize import load_graph, save_graph
 from hwc.ref.interp import run_graph, run_node
@@ -33,38 +34,50 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
     out = []
     base = 0
     for plan in partition(g, n):
-        if im2col:
-            im2col_first_layer(plan, n, target["scratchpad"]["act_lines"])
-        if stack:
-            space_to_depth(plan, n)
-        plan, prog = _best_program(plan, target, double_buffer, base)
+        variants = []
+        for expand in ([True, False] if im2col else [False]):
+            p = copy.deepcopy(plan)
+            if expand and not im2col_first_layer(p, n, target["scratchpad"]["act_lines"]):
+                continue  # no thin first layer to expand
+            if stack:
+                space_to_depth(p, n)
+            try:
+                variants.append(_best_program(p, target, double_buffer, base))
+            except UnsupportedError:
+                if not variants and not expand:
+                    raise
+        # the host im2col of a thin first layer fills more lanes but loads a bigger input: keep the faster
+        _, plan, prog = min(variants, key=lambda v: v[0])
         out.append((plan, prog))
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
         base = -(-end // 64) * 64
     return out
 
 
-def _best_program(plan: TilePlan, target: dict, double_buffer: bool, base: int) -> tuple[TilePlan, TileProgram]:
-    """Generate the segment's program; with a post-processing unit, try the pixel-tiling policies and
-    keep the one the cycle model finds fastest (the model runs a program in a fraction of a second)."""
-    if not target.get("features", {}).get("post_unit"):
-        return plan, Codegen(plan, target, double_buffer=double_buffer, dram_base=base).run()
-    import copy
-
+def _cycles(target: dict, prog: TileProgram, base: int) -> int:
+    """The program's cycle count in the tile model (timing does not depend on the data)."""
     from hwc.sim.model import TileModel
 
+    program = isa.to_bytes(prog.program)
+    po = host.program_offset(prog.dram_bytes)
+    mem = bytearray(po + len(program))
+    mem[base:base + len(prog.dram)] = prog.dram
+    return TileModel(target).run(program, mem, po // isa.INSN_BYTES).cycles
+
+
+def _best_program(plan: TilePlan, target: dict, double_buffer: bool, base: int) -> tuple[int, TilePlan, TileProgram]:
+    """Generate the segment's program; with a post-processing unit, try the pixel-tiling policies and
+    keep the one the cycle model finds fastest (the model runs a program in a fraction of a second).
+    Returns (cycles, plan, program)."""
+    policies = ("cost", "quarter", "max") if target.get("features", {}).get("post_unit") else ("cost",)
     best = None
-    for policy in ("cost", "quarter", "max"):
+    for policy in policies:
         p = copy.deepcopy(plan)
         prog = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy).run()
-        program = isa.to_bytes(prog.program)
-        po = host.program_offset(prog.dram_bytes)
-        mem = bytearray(po + len(program))
-        mem[base:base + len(prog.dram)] = prog.dram
-        cycles = TileModel(target).run(program, mem, po // isa.INSN_BYTES).cycles
+        cycles = _cycles(target, prog, base)
         if best is None or cycles < best[0]:
             best = (cycles, p, prog)
-    return best[1], best[2]
+    return best
 
 
 def tile_io(plan: TilePlan, prog: TileProgram) -> dict:

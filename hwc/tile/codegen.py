@@ -166,6 +166,8 @@ class Codegen:
                 self._fills_before(g, region)
             elif opcode == Op.VEC:
                 self.flush_fills(g)
+            elif opcode == Op.PPU:
+                self._next_input_fills(g)
             if opcode == Op.GEMM and _overlaps(region, self._post_writes):
                 wait |= Wait.POST
             if wait & Wait.POST:
@@ -230,6 +232,17 @@ class Codegen:
         last = max((k for k, d in enumerate(self._drip) if _overlaps(read, d[1])), default=-1)
         for _ in range(last + 1):
             self._emit_fill(g, *self._drip.pop(0)[1:])
+
+    def _next_input_fills(self, g: Group) -> None:
+        """Before a PPU: the pending FILLs of the layer input's next channel block, so that they run on POST
+        before this PPU and the next block's GEMMs need not wait for them behind it."""
+        prev = [d for d in self._drip if d[0] < self.layer]
+        if prev:
+            key = prev[0][1][:2]
+            take = [d for d in prev if d[1][:2] == key]
+            self._drip = [d for d in self._drip if d not in take]
+            for d in take:
+                self._emit_fill(g, *d[1:])
 
     def _emit_fill(self, g: Group, region, addr: int, count: int, value: int) -> None:
         self._post_writes = region

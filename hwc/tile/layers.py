@@ -402,13 +402,16 @@ def _dense_groups(w: np.ndarray, group: int) -> np.ndarray:
 # ---- thin first layer: im2col on the host ----------------------------------------------------------
 
 
-def im2col_first_layer(plan: TilePlan, n_lanes: int, act_lines: int) -> None:
+def im2col_first_layer(plan: TilePlan, n_lanes: int, act_lines: int) -> bool:
     """A convolution on a host-provided input with few channels (an RGB image, an
-    audio feature map) fills few lanes of a line. When it pays (fewer channels than lanes,
-    more lanes filled after, and the expanded tensor takes at most half the scratchpad), the host builds the
+    audio feature map) fills few lanes of a line. When it may pay (fewer channels than lanes,
+    more lanes filled after, and the expanded tensor fits the scratchpad), the host builds the
     im2col of that input (every window's taps as channels, padding with the zero point) and
     the tile runs a 1x1 convolution over C*kh*kw channels instead: e.g. 3 channels x 3x3
-    taps = 27 of 32 lanes on an 8x8 tile, instead of 3 of 8."""
+    taps = 27 of 32 lanes on an 8x8 tile, instead of 3 of 8. The expanded input is bigger to load
+    and to hold: the scheduler builds both programs and keeps the faster (hwc.tile.build.schedule).
+    Returns whether a layer was expanded."""
+    done = False
     for i, layer in enumerate(plan.layers):
         if not isinstance(layer, ConvLayer) or layer.src not in plan.inputs:
             continue
@@ -417,8 +420,8 @@ def im2col_first_layer(plan: TilePlan, n_lanes: int, act_lines: int) -> None:
         taps = c * kh * kw
         out = plan.tensors[layer.dst]
         lines = -(-taps // n_lanes) * out.h * out.w
-        if kh * kw == 1 or t.c != c or c >= n_lanes or lines > act_lines // 2:
-            continue  # only thin inputs, and only when the expanded tensor leaves room for the rest
+        if kh * kw == 1 or t.c != c or c >= n_lanes or lines > act_lines:
+            continue  # only thin inputs, and only when the expanded tensor fits
         before = c / (-(-c // n_lanes) * n_lanes)
         after = taps / (-(-taps // n_lanes) * n_lanes)
         users = [x for x in plan.layers if x is not layer and layer.src in _layer_inputs(x)]
@@ -435,6 +438,8 @@ def im2col_first_layer(plan: TilePlan, n_lanes: int, act_lines: int) -> None:
         layer.weight = np.ascontiguousarray(layer.weight.reshape(m, taps, 1, 1))
         layer.strides, layer.pads, layer.dilations = (1, 1), (0, 0, 0, 0), (1, 1)
         plan.layers[i] = layer
+        done = True
+    return done
 
 
 def host_im2col(x: np.ndarray, how: dict) -> np.ndarray:
