@@ -78,6 +78,43 @@ def test_depthwise_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
     assert rtl_cycles == model_cycles == art.report["cycles"]
 
 
+def test_depthwise_schedules_through_the_rtl():
+    """The depthwise schedules the cost model picks (docs/tile-v2.md, "Depthwise schedules"): down the
+    columns of a tall image (GEMM act_si = the padded width, the PPU writing column by column) and the
+    whole padded image in one GEMM (every tap fewer than N lines back; the PPU skipping the lines that are
+    not outputs). Through the generated tile.v: outputs and cycles equal the model's, outputs the reference's."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.ref.interp import run_graph
+    from hwc.tile.build import build_tile
+
+    target = dict(load_target("tile8x8"), features={"post_unit": True, "depthwise": True})
+    b = QBuilder(seed=22)
+    x = b.input("x", (1, 5, 16, 5), zp=-3)
+    y = b.conv(x, 16, k=1, relu=True)
+    y = b.conv(y, 16, k=3, group=16, relu=True)                        # 16x5, padded 18x7: columns
+    y = b.conv(y, 16, k=2, pads=[0, 0, 0, 0], group=16)                # 16x5: every tap within 6 lines
+    y = b.conv(y, 8, k=1)
+    g = b.output(y)
+    verify(g)
+    art = build_tile(g, target, hdl=True)
+    dw = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM and i.get("dw")]
+    assert any(i.get("act_si") == 7 and i.get("n_inner") == 16 + 2 for i in dw), "columns"
+    assert any(i.get("n_outer") == 1 and i.get("act_so") == 0 and i.get("skip") == 0 for i in dw), "whole image"
+    feeds = {"x": np.random.default_rng(5).integers(-128, 128, (1, 5, 16, 5)).astype(np.int8)}
+    want = run_graph(g, feeds)
+    model = art.run(feeds, engine="model")
+    model_cycles = art.last_run["cycles"]
+    rtl = art.run(feeds, engine="rtl")
+    for name in g.outputs:
+        np.testing.assert_array_equal(model[name], want[name])
+        np.testing.assert_array_equal(rtl[name], want[name])
+    assert art.last_run["cycles"] == model_cycles == art.report["cycles"]
+
+
 @pytest.mark.slow
 def test_ds_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
     """MLPerf-Tiny-shaped DS-CNN (depthwise-separable) on the v2 tile8x8 through the RTL (about 1.5 min):
