@@ -47,7 +47,7 @@ def measure(model, target_name: str, v1: bool = False) -> dict:
         t0 = time.perf_counter()
         art.run(feeds, engine="model")
         runs.append(time.perf_counter() - t0)
-    no_db = build_tile(q, target, hdl=False, double_buffer=False).report
+    no_db = build_tile(q, target, hdl=False, double_buffer=False, pin=art.report["schedule"]).report
     try:
         no_stack = build_tile(q, target, hdl=False, stack=False, im2col=False).report
         no_stack = f"{no_stack['cycles']:,} ({no_stack['utilization']:.1%})"

@@ -126,7 +126,8 @@ def _tile_energy(art) -> None:
     layers.append({"name": OTHER, "op": "", **_split(rep["other_events"], pj)})
     total_ev = ev.clean(_total_events(rep))
     variants = [{"key": "as_built", "label": "as built (int8)", "cycles": rep["cycles"], **_split(total_ev, pj)}]
-    for key, label, kw in (("no_double_buffer", "weight double-buffering off", {"double_buffer": False}),
+    for key, label, kw in (("no_double_buffer", "weight double-buffering off",   # the same choices otherwise
+                            {"double_buffer": False, "pin": rep["schedule"]}),
                            ("no_stacking", "stacking off (no im2col, no space-to-depth)",
                             {"stack": False, "im2col": False})):
         try:

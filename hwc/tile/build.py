@@ -25,30 +25,40 @@ from hwc.tile.codegen import Codegen, TileProgram
 from hwc.tile.layers import TilePlan, host_im2col, im2col_first_layer, partition, space_to_depth
 
 
-def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
-             double_buffer: bool = True) -> list[tuple[TilePlan, TileProgram]]:
-    """Partition the int8 graph and generate one tile program per tile segment.
+def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True, double_buffer: bool = True,
+             pin: list[dict] | None = None) -> list[tuple[TilePlan, TileProgram, dict]]:
+    """Partition the int8 graph and generate one tile program per tile segment, with the choices made
+    (im2col, tiling and load policies: `pin`, a previous build's report["schedule"], repeats them: an
+    ablation then changes one thing only). A thin first layer is built both with and without the host
+    im2col (it fills more lanes but loads a bigger input): the cycle model keeps the faster.
 
     Segment k's data and program follow segment k-1's in external memory (one address space)."""
     n = target["array"]["rows"]
     out = []
     base = 0
-    for plan in partition(g, n):
+    for k, plan in enumerate(partition(g, n)):
+        fixed = pin[k] if pin and k < len(pin) else None
         variants = []
         for expand in ([True, False] if im2col else [False]):
+            if fixed is not None and expand != fixed["im2col"]:
+                continue
             p = copy.deepcopy(plan)
             if expand and not im2col_first_layer(p, n, target["scratchpad"]["act_lines"]):
                 continue  # no thin first layer to expand
             if stack:
                 space_to_depth(p, n)
             try:
-                variants.append(_best_program(p, target, double_buffer, base))
+                variants.append(_best_program(p, target, double_buffer, base, fixed))
             except UnsupportedError:
                 if not variants and not expand:
                     raise
-        # the host im2col of a thin first layer fills more lanes but loads a bigger input: keep the faster
-        _, plan, prog = min(variants, key=lambda v: v[0])
-        out.append((plan, prog))
+        if not variants:  # a pinned im2col that does not apply here
+            p = copy.deepcopy(plan)
+            if stack:
+                space_to_depth(p, n)
+            variants.append(_best_program(p, target, double_buffer, base, fixed))
+        _, plan, prog, choice = min(variants, key=lambda v: v[0])
+        out.append((plan, prog, dict(choice, im2col=bool(plan.im2col))))
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
         base = -(-end // 64) * 64
     return out
@@ -65,18 +75,25 @@ def _cycles(target: dict, prog: TileProgram, base: int) -> int:
     return TileModel(target).run(program, mem, po // isa.INSN_BYTES).cycles
 
 
-def _best_program(plan: TilePlan, target: dict, double_buffer: bool, base: int) -> tuple[int, TilePlan, TileProgram]:
-    """Generate the segment's program; with a post-processing unit, try the pixel-tiling policies and
-    keep the one the cycle model finds fastest (the model runs a program in a fraction of a second).
-    Returns (cycles, plan, program)."""
+def _best_program(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixed: dict | None = None):
+    """Generate the segment's program; with a post-processing unit, try the pixel-tiling policies, each with
+    both LOAD placements, and keep the one the cycle model finds fastest (the model runs a program in a
+    fraction of a second). `fixed`: the policies to use instead. Returns (cycles, plan, program, choice)."""
     policies = ("cost", "quarter", "max") if target.get("features", {}).get("post_unit") else ("cost",)
     best = None
     for policy in policies:
+        if fixed is not None and policy != fixed["tiling"]:
+            continue
         p = copy.deepcopy(plan)
-        prog = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy).run()
-        cycles = _cycles(target, prog, base)
-        if best is None or cycles < best[0]:
-            best = (cycles, p, prog)
+        cg = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy)
+        eager = cg.run()
+        for loads in ("eager", "paced"):
+            if fixed is not None and loads != fixed["loads"]:
+                continue
+            prog = eager if loads == "eager" else cg.refinalize(loads)
+            cycles = _cycles(target, prog, base)
+            if best is None or cycles < best[0]:
+                best = (cycles, p, prog, {"tiling": policy, "loads": loads})
     return best
 
 
@@ -220,16 +237,17 @@ class TileArtifact(Artifact):
 
 
 def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = True, stack: bool = True,
-               double_buffer: bool = True) -> TileArtifact:
+               double_buffer: bool = True, pin: list[dict] | None = None) -> TileArtifact:
     """Schedule an int8 graph for a tile target, measure it in the Python tile model, and
-    package program, DRAM image, memory map, report and (with `hdl`) the tile's Verilog."""
+    package program, DRAM image, memory map, report and (with `hdl`) the tile's Verilog.
+    `pin`: a previous build's report["schedule"] (its choices, repeated; see `schedule`)."""
     from hwc.report.data import add_tile_data
     from hwc.sim.model import TileModel
     from hwc.tile.report import merge_reports, tile_report
 
-    segments = schedule(graph, target, im2col=im2col, stack=stack, double_buffer=double_buffer)
+    segments = schedule(graph, target, im2col=im2col, stack=stack, double_buffer=double_buffer, pin=pin)
     ios, programs, consts, reports, memory_maps = [], [], [], [], []
-    for plan, prog in segments:
+    for plan, prog, _ in segments:
         io = tile_io(plan, prog)
         program = isa.to_bytes(prog.program)
         const = bytes(prog.dram)
@@ -253,6 +271,7 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     report["weights_bytes"] = len(const)
     report["nodes"] = len(graph.nodes)
     report["segments"] = len(segments)
+    report["schedule"] = [choice for _, _, choice in segments]
     memory_map = memory_maps[0] if len(memory_maps) == 1 else {
         "dram": [r for mm in memory_maps for r in mm["dram"]],
         "act": [dict(b, segment=k) for k, mm in enumerate(memory_maps) for b in mm["act"]],

@@ -22,6 +22,7 @@ Timing and semantics of every instruction: docs/tile.md; encoding: hwc/isa.py.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -710,9 +711,18 @@ class Codegen:
                                   "groups": [start_group, len(self.groups)]})
         self.flush_fills()
         self.layer = -1
-        return self.finalize(act, layer_records)
+        self._finals = (act, layer_records)
+        return self.finalize(act, copy.deepcopy(layer_records))
 
-    def finalize(self, act: dict, layer_records: list[dict]) -> TileProgram:
+    def refinalize(self, loads: str) -> TileProgram:
+        """The same schedule with another LOAD placement policy (after `run`)."""
+        act, layer_records = self._finals
+        return self.finalize(act, copy.deepcopy(layer_records), loads)
+
+    def finalize(self, act: dict, layer_records: list[dict], loads: str = "eager") -> TileProgram:
+        """The program: LOADs placed around the compute groups. `loads`: "eager" puts a deferred load
+        (the params, the second weight group) after the next GEMM; "paced" only once the GEMMs since the
+        last LOAD cover its estimated duration (a LOAD behind a busy LOAD unit blocks the issue)."""
         plan = self.plan
         n, beat = self.n, self.beat
         if len(self.params) > self.param_entries:
@@ -755,15 +765,20 @@ class Codegen:
             prog.append(isa.make(opcode, wait, **f))
             insn_layer.append(layer)
 
+        debt = [0]   # estimated cycles the LOAD unit is busy ahead of the GEMMs emitted since
+
         def load(load_id, **f):
             emit(Op.LOAD, f.pop("wait", Wait.NONE), **f)
             last_load[0] = load_id
+            if not isinstance(load_id, tuple):  # input chunks are paced by their GEMMs already
+                debt[0] = max(debt[0], 0) + f["rows"] * f["row_beats"] + self.timing.LOAD_OVERHEAD + self.timing.LM
 
         # LOAD placement. The LOAD unit is serial and instructions issue in order, so a LOAD blocks the
         # instructions behind it until the one before it has completed: loads go into the program as late as
         # possible, one ahead of their use. Input chunks load in the order compute first needs them, one
         # more in flight. The first group's followers (the params, the next group's weights) wait until its
-        # input chunks are in (the params the first PPUs need, then those weights, then the other params).
+        # input chunks are in (the params the first PPUs need, then those weights, then the other params),
+        # then go one at a time once the GEMMs emitted since the last LOAD cover its estimated duration.
         wid = {id(g): 1000 + k for k, g in enumerate(weighted)}
         order = [d for g in self.groups for e in g.compute for d in sorted(e.needs, key=str) if isinstance(d, tuple)]
         order += [(name, c) for name in plan.inputs for c in range(len(self.in_chunks[name]))]
@@ -821,7 +836,7 @@ class Codegen:
                     flush()
                     load_group(g, Wait.COMPUTE)
                 elif wi >= 1:
-                    flush()
+                    flush(wid[id(g)] if loads == "paced" else None)
                     if wi + 1 < len(weighted):
                         load_group(weighted[wi + 1], Wait.COMPUTE)
                 wi += 1
@@ -843,9 +858,11 @@ class Codegen:
                 wait = (Wait.LOAD if last_load[0] in needs else Wait.NONE) | e.wait
                 emit(op, wait, e.layer, **fields)
                 nxt = next((d for d in order if d not in loaded), None)
+                if op == Op.GEMM:
+                    debt[0] -= max(fields["n_outer"] * fields["n_inner"], n + 2)
                 if chunks and nxt in group_chunks[id(g)]:
                     load_chunk(nxt)  # the next chunk loads while this one is computed on
-                elif op == Op.GEMM:  # one at a time: a LOAD blocks the issue until the one before it is done
+                elif op == Op.GEMM and (loads == "eager" or debt[0] <= 0):
                     flush(most=1)
         for d in order:
             load_chunk(d)
