@@ -99,6 +99,7 @@ class ComputeUnit(wiring.Component):
         if p.post_unit:  # tile v2: the GEMM engine alone (PPU/VEC/FILL are the PostUnit)
             super().__init__({
                 "start": In(1), "word": In(isa.INSN_BITS), "accept_gemm": Out(1), "busy": Out(1),
+                "older_busy": Out(1),  # a GEMM other than the latest issued is in flight (PPU.lag)
                 "act_addr": Out(p.act_bits), "act_rdata": In(p.line_bits),
                 "acc_raddr": Out(p.acc_bits), "acc_rdata": In(p.acc_line_bits),
                 "acc_waddr": Out(p.acc_bits), "acc_wdata": Out(p.acc_line_bits), "acc_we": Out(1),
@@ -127,6 +128,7 @@ class ComputeUnit(wiring.Component):
         if p.post_unit:
             m.d.comb += [gemm.start.eq(self.start), gemm.word.eq(self.word),
                          self.accept_gemm.eq(gemm.accept), self.busy.eq(gemm.busy),
+                         self.older_busy.eq(gemm.older_busy),
                          self.act_addr.eq(gemm.act_addr), gemm.act_data.eq(self.act_rdata),
                          self.acc_raddr.eq(gemm.acc_raddr), gemm.acc_rdata.eq(self.acc_rdata),
                          self.acc_waddr.eq(gemm.acc_waddr), self.acc_wdata.eq(gemm.acc_wdata),

@@ -73,7 +73,7 @@ class GemmEngine(wiring.Component):
             "acc_waddr": Out(p.acc_bits),
             "acc_wdata": Out(p.acc_line_bits),
             "acc_we": Out(1),
-        })
+        } | ({"older_busy": Out(1)} if p.post_unit else {}))
 
     def elaborate(self, platform):
         m = Module()
@@ -219,4 +219,21 @@ class GemmEngine(wiring.Component):
             m.d.comb += new[lane].eq(prev + mac.dot[db * r:db * (r + 1)].as_signed())
         m.d.comb += [self.acc_we.eq(tv[ka]), self.acc_waddr.eq(ta[ka]), self.acc_wdata.eq(new)]
         m.d.comb += self.busy.eq(pre_active | st_active | Cat(*tv[1:]).any())
+        if p.post_unit:
+            # PPU.lag (docs/tile-v2.md): is any GEMM other than the most recently issued one in flight? A
+            # parity bit toggles at every issue; stage 2 and each token carry their GEMM's. With a GEMM in
+            # stage 1 (the latest) everything else is older; otherwise an older one has the other parity
+            # (the one before it cannot still be in flight while the one after it has left no token).
+            par, st_par = Signal(), Signal()
+            with m.If(self.start):
+                m.d.sync += par.eq(~par)
+            with m.If(transfer):
+                m.d.sync += st_par.eq(par)
+            tg = [Signal(name=f"t{k}_par", reset_less=True) for k in range(depth + 1)]
+            m.d.comb += tg[0].eq(st_par)
+            m.d.sync += [tg[k + 1].eq(tg[k]) for k in range(depth)]
+            older = st_active & (pre_active | (st_par != par))
+            for k in range(1, depth + 1):
+                older = older | (tv[k] & (pre_active | (tg[k] != par)))
+            m.d.comb += self.older_busy.eq(older)
         return m

@@ -234,6 +234,10 @@ class Tile(wiring.Component):
             post_busy = Signal(name="post_busy_q")
             m.d.sync += post_busy.eq(post.busy | to_post)
             idle[isa.Wait.POST] = ~post_busy
+            # PPU.lag: every GEMM but the latest issued has completed (a GEMM issued while others are in
+            # flight makes them older: counted from the next cycle on, as the other busy registers)
+            older_busy = Signal(name="older_busy_q")
+            m.d.sync += older_busy.eq(cmp.older_busy | (to_cmp & cmp.busy))
         wait_ok = 1
         for k, (flag, unit_idle) in enumerate(idle.items()):
             assert flag == 1 << k
@@ -247,7 +251,8 @@ class Tile(wiring.Component):
                    | (kind["load"] & ~load_busy & (~fetch.head_load_act | (~store_busy & ~post_busy)))
                    | (kind["store"] & ~store_busy & ~load_act_busy & ~post_busy)
                    | (kind["gemm"] & gemm_ok)
-                   | (kind["compute"] & ~post_busy & ~load_act_busy & ~store_busy)
+                   | (kind["compute"] & ~post_busy & ~load_act_busy & ~store_busy
+                      & (~fetch.head_ppu_lag | ~older_busy))
                    | (kind["finish"] & all_idle))
         else:
             can = (~fetch.head_kind.any()  # NOP

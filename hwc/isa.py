@@ -146,6 +146,8 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
         F("out_so", 16, "ACT stride of the outer loop", signed=True),
         F("out_si", 8, "ACT stride of the inner loop", signed=True),
         F("param", 10, "PARAM entry (bias, mult, shift per lane; z_out, lo, hi)"),
+        F("lag", 1, "tile v2: issue once every GEMM but the most recently issued one has completed "
+                    "(the next pixel tile's first GEMM may stream meanwhile); ignored by v1", default=0),
     ),
     Op.VEC: (
         F("op", 2, "VecOp: MAX or ADD"),

@@ -226,6 +226,7 @@ class TileModel:
         if self.post_unit:
             busy["post"] = _Busy()
         load_end = store_end = act_load_end = cmp_end = gemm_accept = stream_end = post_end = 0
+        older_end = 0  # v2, PPU.lag: the end of every GEMM but the most recently issued one
         lag = t.IDLE_LAG  # the issue stage sees a unit's end this many cycles late
         res = dict(done=False, error=E.NONE, error_pc=None, cycles=0)
         stats = dict(bytes_loaded=0, bytes_stored=0, macs=0)
@@ -288,6 +289,7 @@ class TileModel:
                 stream_end = start + p
                 gemm_accept = start
                 end = stream_end + t.GEMM_LATENCY
+                older_end = cmp_end
                 cmp_end = max(cmp_end, end)
                 busy["compute"].add(ti + 1, end)
                 self._gemm(f)
@@ -295,6 +297,8 @@ class TileModel:
             elif op in (Op.PPU, Op.VEC, Op.FILL):
                 ti = (max(ti, post_end + lag, act_load_end + lag, store_end + lag) if self.post_unit
                       else max(ti, cmp_end + lag))
+                if op == Op.PPU and f["lag"] and self.post_unit:
+                    ti = max(ti, older_end + lag)
                 if op == Op.PPU:
                     end = ti + t.PPU_OVERHEAD + f["n_outer"] * f["n_inner"]
                     self._ppu(f)

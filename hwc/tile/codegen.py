@@ -16,6 +16,14 @@ Pipeline (one function each):
    released that bank), which makes every weight load after the first overlap compute.
    A compute instruction waits for the LOAD unit only when it needs the most recently
    issued LOAD (all earlier ones are complete by then: the LOAD unit is serial).
+   A model input loads in row chunks per channel block, in the order the first layer's GEMMs
+   read them (each waits for its own chunks, one more chunk in flight); the params load in two
+   parts, the first layer's behind its first loads.
+
+v2 (post unit): a layer's output halo FILLs are dripped between later GEMMs where POST is
+idle (at most into the consumer layer, whose GEMMs take the FILLs they read first), instead
+of a batch that would block the in-order issue; depthwise layers pick one of four schedules
+(docs/tile-v2.md, "Depthwise schedules").
 
 Timing and semantics of every instruction: docs/tile.md; encoding: hwc/isa.py.
 """
@@ -83,7 +91,7 @@ class TileProgram:
 
 class Codegen:
     def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0,
-                 tiling: str = "cost"):
+                 tiling: str = "cost", lag_ppu: bool = True):
         feats = target.get("features", {})
         self.post_unit = bool(feats.get("post_unit"))   # v2: PPU/VEC/FILL overlap the array
         self.depthwise = bool(feats.get("depthwise"))   # v2: GEMM.dw
@@ -94,6 +102,8 @@ class Codegen:
         self.timing = isa.Timing.from_target(target)
         self._post_writes = None      # v2: lines the last POST instruction writes (None: nothing pending)
         self._acc_half = 0
+        self._later_post = None       # v2: a PPU (and fused add) to emit behind the next GEMM, with PPU.lag
+        self.lag_ppu = self.post_unit and lag_ppu
         self.plan = plan
         self.dram_base = dram_base  # byte address of this program's data in external memory (beat aligned)
         self.double_buffer = double_buffer
@@ -153,15 +163,17 @@ class Codegen:
         self.groups.append(g)
         return g
 
-    def compute(self, g: Group, opcode: Op, needs=(), wait: Wait = Wait.NONE, region=None, **fields) -> None:
+    def compute(self, g: Group, opcode: Op, needs=(), wait: Wait = Wait.NONE, region=None, drip: bool = True,
+                **fields) -> None:
         """Append a compute instruction. `region` = (tensor, channel block or None for all, first row,
-        end row) of the ACT lines a POST instruction writes, or a GEMM reads (v2 hazard tracking)."""
+        end row) of the ACT lines a POST instruction writes, or a GEMM reads (v2 hazard tracking).
+        `drip`: pending halo FILLs may follow this GEMM (not before a GEMM that waits for POST)."""
         if self.post_unit:
             # v2 hazards (docs/tile-v2.md): a PPU reads accumulators GEMMs write, a FILL may overwrite
             # lines in-flight GEMMs still read: both wait for COMPUTE. A GEMM waits for POST only when it
             # reads lines the last POST instruction writes: that one is the only POST work possibly in
             # flight (when a POST instruction issues, every earlier one has finished).
-            if opcode in (Op.PPU, Op.FILL):
+            if opcode == Op.FILL or (opcode == Op.PPU and not fields.get("lag")):
                 wait |= Wait.COMPUTE
             if opcode == Op.GEMM:
                 self._fills_before(g, region)
@@ -189,7 +201,7 @@ class Codegen:
         g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait))
         lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
         g.est += {Op.GEMM: max(lines, self.n + 2), Op.PPU: lines + 20, Op.VEC: 3 * lines + 15}.get(opcode, lines + 2)
-        if opcode == Op.GEMM and self._drip:
+        if opcode == Op.GEMM and self._drip and drip:
             self._drip_fills(g, lines)
 
     def _needed_chunks(self, needs, region) -> tuple:
@@ -409,18 +421,37 @@ class Codegen:
             tiles = [(oy0, min(rows_per_tile, ho - oy0)) for oy0 in range(0, ho, rows_per_tile)]
             g = self.weighted([t[3] for t in chunks[0]]) if len(chunks) == 1 else None
             acc = self._acc_base()
-            for oy0, rows in tiles:
+            for ti, (oy0, rows) in enumerate(tiles):
                 for ci, chunk in enumerate(chunks):
                     if len(chunks) > 1:  # the cob's weights exceed a bank: reload them per pixel tile
                         g = self.weighted([t[3] for t in chunk])
                     for k, (kk, off, cib, data, dwf, skip, si) in enumerate(chunk):
                         f = self._gemm_fields(layer, mode, oy0, rows, kk, off, cib, skip, si)
+                        # a deferred PPU (below) of the previous tile goes behind this tile's first GEMM, which
+                        # waits for POST: the PPU before that one reads the accumulator half it writes
+                        later = self._later_post if ci == 0 and k == 0 else None
+                        tile_end = ci == len(chunks) - 1 and k == len(chunk) - 1
                         self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc,
-                                     reset=int(ci == 0 and k == 0), dw=dwf, skip=skip, **f)
-                self.compute(g, Op.PPU, region=(dst.name, cob, oy0, oy0 + rows), out=dst.line(cob, oy0, 0),
-                             param=entry, **self._ppu_fields(layer, mode, acc, rows))
-                if self.layer in self.fused_adds:
-                    self.emit_add(self.fused_adds[self.layer], loads, cbs=[cob], rows=(oy0, rows))
+                                     reset=int(ci == 0 and k == 0), dw=dwf, skip=skip,
+                                     wait=Wait.POST if later else Wait.NONE, drip=not (tile_end and self.lag_ppu),
+                                     **f)
+                        if later:
+                            self._later_post = None
+                            later(g)
+
+                def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, cob=cob, entry=entry):
+                    self.compute(g, Op.PPU, region=(dst.name, cob, oy0, oy0 + rows), out=dst.line(cob, oy0, 0),
+                                 param=entry, lag=lag, **self._ppu_fields(layer, mode, acc, rows))
+                    if self.layer in self.fused_adds:
+                        self.emit_add(self.fused_adds[self.layer], loads, cbs=[cob], rows=(oy0, rows))
+
+                last = cob == cbo - 1 and ti == len(tiles) - 1
+                if self.lag_ppu and len(taps) >= 2 and not last:
+                    # v2, PPU.lag: the PPU issues behind the next tile's first GEMM and waits only for the
+                    # GEMMs before that one, so the array streams on instead of draining at every tile
+                    self._later_post = lambda g, post=post: post(g, lag=1)
+                else:
+                    post(g)
                 acc = self._next_acc()
 
     def _gemm_fields(self, layer: ConvLayer, mode: str, oy0: int, rows: int, kk: int, off: int, cib: int,
