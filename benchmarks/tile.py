@@ -17,6 +17,7 @@ import time
 
 from hwc.targets import load_target, tile_variant
 
+from hwc import isa
 from hwc.errors import UnsupportedError
 from hwc.frontend import import_onnx
 from hwc.quant.build import quantize_model
@@ -54,7 +55,13 @@ def measure(model, target_name: str, v1: bool = False) -> dict:
     except UnsupportedError:
         no_stack = "does not fit the scratchpad"
     r = art.report
-    return {"cycles": r["cycles"], "util": r["utilization"], "hidden": r["weight_load_hidden"],
+    # where utilization goes: MAC util. = (streamed lines / cycles) x (MACs / (rows x cols x streamed lines))
+    prog = isa.from_bytes(art.program)
+    lines = sum(i.get("n_outer") * i.get("n_inner") for i in prog if i.op == isa.Op.GEMM)
+    dw_lines = sum(i.get("n_outer") * i.get("n_inner") for i in prog if i.op == isa.Op.GEMM and i.get("dw"))
+    peak = target["array"]["rows"] * target["array"]["cols"]
+    return {"streaming": lines / r["cycles"], "pe_use": r["macs"] / (peak * lines), "dw_lines": dw_lines / lines,
+            "cycles": r["cycles"], "util": r["utilization"], "hidden": r["weight_load_hidden"],
             "no_db": no_db["cycles"], "no_db_util": no_db["utilization"], "no_db_hidden": no_db["weight_load_hidden"],
             "no_stack": no_stack, "compile_s": compile_s, "run_s": statistics.median(runs), "macs": r["macs"]}
 
@@ -69,14 +76,22 @@ def main(argv=None) -> None:
     print("| model | target | MACs | cycles | MAC util. | weight loads hidden "
           "| no double-buffering: cycles (util., hidden) | no stacking: cycles (util.) | build s | model run s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
     for name, fn in cases:
         model = fn()
         for tn in targets:
             m = measure(model, tn, args.v1)
+            rows.append((name, tn, m))
             print(f"| {name} | {tn} | {m['macs']:,} | {m['cycles']:,} | {m['util']:.1%} | {m['hidden']:.0%} | "
                   f"{m['no_db']:,} ({m['no_db_util']:.1%}, {m['no_db_hidden']:.0%}) | "
                   f"{m['no_stack']} | {m['compile_s']:.2f} | {m['run_s']:.3f} |",
                   flush=True)
+    print("\nWhere utilization goes: MAC util. = array streaming (GEMM lines / cycles) x PEs used per streamed "
+          "line (MACs / (rows x cols x lines)).\n")
+    print("| model | target | MAC util. | array streaming | PEs used per line | depthwise-mode share of lines |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, tn, m in rows:
+        print(f"| {name} | {tn} | {m['util']:.1%} | {m['streaming']:.1%} | {m['pe_use']:.1%} | {m['dw_lines']:.1%} |")
     sys.stdout.flush()
 
 
