@@ -50,6 +50,9 @@ def summary(rep: dict) -> Table:
         t.add_row("time at the target clock", f"{rep['time_us_at_clock']:,.1f} µs")
         t.add_row("MAC utilization", f"{rep['utilization']:.1%}")
         t.add_row("weight loads hidden behind compute", f"{rep['weight_load_hidden']:.0%}")
+    for k, ch in enumerate(rep.get("schedule") or []):  # the scheduler's choices, by the cycle model
+        t.add_row(f"schedule{f' (segment {k})' if len(rep['schedule']) > 1 else ''}",
+                  f"pixel tiling {ch['tiling']}, loads {ch['loads']}, host im2col {'yes' if ch['im2col'] else 'no'}")
     mem = rep.get("memory", {})
     if "peak_bytes" in mem:
         t.add_row("activation memory: peak / lower bound / no sharing",

@@ -112,6 +112,8 @@ def test_text_report_shows_the_same_figures(resnet8_tile, capsys):
     for title in ("Layers", "Timeline", "Memory plan", "Quantization", "Energy per layer"):
         assert title in out
     assert f"{rep['memory']['peak_bytes']:,}" in out and "report.html" in out
+    ch = rep["schedule"][0]  # the scheduler's choices
+    assert f"pixel tiling {ch['tiling']}, loads {ch['loads']}" in out
 
 
 def test_text_report_of_a_folder_without_report_is_a_user_error(tmp_path):
