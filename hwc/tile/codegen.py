@@ -46,6 +46,9 @@ INT8_MIN = -128
 #: the chunks it reads only), each of at least MIN_CHUNK_LINES lines (a LOAD costs a bus latency).
 INPUT_CHUNKS = 8
 MIN_CHUNK_LINES = 64
+#: The params after the first weight group's load in parts of at least this many beats, one at a time
+#: where the LOAD unit has room (a single big LOAD would block the issue when a PPU first needs it).
+PARAM_PART_BEATS = 256
 
 
 @dataclass
@@ -818,6 +821,12 @@ class Codegen:
         first_w = next((k for k, g in enumerate(self.groups) if g.blocks), len(self.groups))
         head = 1 + max((e.insn_args[1]["param"] for g in self.groups[:first_w + 1] for e in g.compute
                         if e.insn_args[0] in (Op.PPU, Op.VEC)), default=len(self.params) - 1)
+        # the params after the first group's, in parts of at least PARAM_PART_BEATS (deferred, one at a time)
+        step = max(1, -(-PARAM_PART_BEATS // self.peb))
+        bounds = [0, head] + list(range(head + step, len(self.params), step)) + [len(self.params)]
+        bounds = sorted(set(b for b in bounds if b <= len(self.params)))
+        parts = [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [(0, 0)]
+        part_of = {e: k for k, (lo, hi) in enumerate(parts) for e in range(lo, hi)}
         loaded: set = set()
 
         def load_chunk(d):
@@ -831,7 +840,7 @@ class Codegen:
                  rows=r1 - r0, row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
 
         def load_params(part):
-            lo, hi = (0, head) if part == 0 else (head, len(self.params))
+            lo, hi = parts[part]
             if hi > lo:
                 load(-1 - part, mem=int(Mem.PARAM), dram=base // beat + lo * self.peb, sram=lo * self.peb,
                      rows=1, row_beats=(hi - lo) * self.peb, dram_stride=0, sram_stride=0)
@@ -844,7 +853,7 @@ class Codegen:
         deferred = [(-1, lambda: load_params(0))]
         if weighted and self.double_buffer and len(weighted) > 1:
             deferred.append((wid[id(weighted[1])], lambda: load_group(weighted[1], Wait.NONE)))
-        deferred.append((-2, lambda: load_params(1)))
+        deferred += [(-1 - k, lambda k=k: load_params(k)) for k in range(1, len(parts))]
 
         def flush(upto=None, most=None):
             """The deferred loads, up to the one with id `upto` (None: all), at most `most` of them."""
@@ -867,7 +876,9 @@ class Codegen:
                     flush()
                     load_group(g, Wait.COMPUTE)
                 elif wi >= 1:
-                    flush(wid[id(g)] if loads == "paced" else None)
+                    flush(wid[id(g)])
+                    if loads == "eager":
+                        flush(most=1)
                     if wi + 1 < len(weighted):
                         load_group(weighted[wi + 1], Wait.COMPUTE)
                 wi += 1
@@ -875,7 +886,7 @@ class Codegen:
                 op, fields = e.insn_args
                 needs = set(e.needs)
                 if op in (Op.PPU, Op.VEC):
-                    needs.add(-1 if fields.get("param", 0) < head else -2)
+                    needs.add(-1 - part_of.get(fields.get("param", 0), 0))
                 if is_w and op == Op.GEMM:
                     needs.add(wid[id(g)])
                 fields = dict(fields)
