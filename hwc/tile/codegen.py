@@ -102,6 +102,7 @@ class Codegen:
         self._halo_pending = None     # v2: output halo FILLs wait for the layer's first PPU
         self._drip: list[tuple] = []  # v2: halo FILL runs not yet emitted (dripped between GEMMs)
         self._clock = [0, 0]          # v2: estimated GEMM stream time, estimated time POST is free
+        self._last_lines = 0          # v2: the estimated stream of the latest GEMM
         self.timing = isa.Timing.from_target(target)
         self._post_writes = None      # v2: lines the last POST instruction writes (None: nothing pending)
         self._acc_half = 0
@@ -221,9 +222,12 @@ class Codegen:
         if opcode == Op.GEMM:
             if wait & Wait.POST:
                 self._clock[0] = max(self._clock)
-            self._clock[0] += max(lines, t.N + t.GEMM_SETUP + 1)
+            self._last_lines = max(lines, t.N + t.GEMM_SETUP + 1)
+            self._clock[0] += self._last_lines
             return
         start = self._clock[1]
+        if opcode == Op.PPU and fields.get("lag"):  # waits for the GEMMs before the latest one
+            start = max(start, self._clock[0] - self._last_lines + t.GEMM_LATENCY)
         if wait & Wait.COMPUTE:  # waits for the GEMMs to drain
             start = max(self._clock[0] + t.GEMM_LATENCY, self._clock[1])
             self._clock[0] = start + t.N + t.GEMM_SETUP
@@ -235,9 +239,8 @@ class Codegen:
         start, estimated) while the next GEMM's issue may still wait (about lines - N cycles)."""
         t = self.timing
         gemm_start = self._clock[0] - max(lines, t.N + t.GEMM_SETUP + 1)
-        if self._clock[1] > gemm_start:
-            return
-        room = lines - t.N - 4
+        # the next GEMM must issue by about gemm_start + lines - N; FILLs issue once POST is free
+        room = gemm_start + lines - t.N - 4 - max(self._clock[1], gemm_start)
         while self._drip and room > 0:
             _, region, addr, count, value = self._drip.pop(0)
             room -= t.FILL_OVERHEAD + count + 2
@@ -518,7 +521,10 @@ class Codegen:
                     self._image_lines(layer, r)
                 gemm_tile = ntaps * max(lines, n + 2)
             post_tile = p + 20 + (3 * p + 15 if fused else 0)
-            cost = cbo * tiles * max(gemm_tile, post_tile) + post_tile
+            # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
+            gemms = dw[0] if dw is not None else taps
+            drain = 0 if self.lag_ppu and gemms >= 2 else self.timing.GEMM_LATENCY + n + self.timing.GEMM_SETUP
+            cost = cbo * tiles * (max(gemm_tile, post_tile) + drain) + post_tile
             if best is None or cost < best[0]:
                 best = (cost, r)
         return best if dw is not None else best[1]
