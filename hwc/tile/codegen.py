@@ -204,9 +204,14 @@ class Codegen:
             needs = self._needed_chunks(needs, region)
         g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait))
         lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
-        g.est += {Op.GEMM: max(lines, self.n + 2), Op.PPU: lines + 20, Op.VEC: 3 * lines + 15}.get(opcode, lines + 2)
+        g.est += {Op.GEMM: self._gemm_cycles(lines), Op.PPU: lines + 20, Op.VEC: 3 * lines + 15}.get(opcode, lines + 2)
         if opcode == Op.GEMM and self._drip and drip:
             self._drip_fills(g, lines)
+
+    def _gemm_cycles(self, lines: int) -> int:
+        """Cycles a GEMM of `lines` occupies the array in a back-to-back run: its stream, at least its
+        successor's weight preload (N + GEMM_SETUP) plus the issue cycle."""
+        return max(lines, self.timing.N + self.timing.GEMM_SETUP + 1)
 
     def _needed_chunks(self, needs, region) -> tuple:
         """A GEMM reading rows [y0, y1) of channel block cb (None: all) of a model input needs only the
@@ -222,7 +227,7 @@ class Codegen:
         if opcode == Op.GEMM:
             if wait & Wait.POST:
                 self._clock[0] = max(self._clock)
-            self._last_lines = max(lines, t.N + t.GEMM_SETUP + 1)
+            self._last_lines = self._gemm_cycles(lines)
             self._clock[0] += self._last_lines
             return
         start = self._clock[1]
@@ -238,7 +243,7 @@ class Codegen:
         """After a GEMM streaming `lines`: as many pending halo FILLs as POST can take (idle by the GEMM's
         start, estimated) while the next GEMM's issue may still wait (about lines - N cycles)."""
         t = self.timing
-        gemm_start = self._clock[0] - max(lines, t.N + t.GEMM_SETUP + 1)
+        gemm_start = self._clock[0] - self._gemm_cycles(lines)
         # the next GEMM must issue by about gemm_start + lines - N; FILLs issue once POST is free
         room = gemm_start + lines - t.N - 4 - max(self._clock[1], gemm_start)
         while self._drip and room > 0:
@@ -514,12 +519,12 @@ class Codegen:
             tiles = -(-ho // r)
             p = r * wo
             if dw is None:
-                gemm_tile = taps * max(p, n + 2)
+                gemm_tile = taps * self._gemm_cycles(p)
             else:
                 ntaps, skip, mode = dw
                 lines = {"rows": r * (wo + skip), "cols": wo * (r + skip), "diag": p}.get(mode) or \
                     self._image_lines(layer, r)
-                gemm_tile = ntaps * max(lines, n + 2)
+                gemm_tile = ntaps * self._gemm_cycles(lines)
             post_tile = p + 20 + (3 * p + 15 if fused else 0)
             # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
             gemms = dw[0] if dw is not None else taps
@@ -907,7 +912,7 @@ class Codegen:
                 emit(op, wait, e.layer, **fields)
                 nxt = next((d for d in order if d not in loaded), None)
                 if op == Op.GEMM:
-                    debt[0] -= max(fields["n_outer"] * fields["n_inner"], n + 2)
+                    debt[0] -= self._gemm_cycles(fields["n_outer"] * fields["n_inner"])
                 if chunks and nxt in group_chunks[id(g)]:
                     load_chunk(nxt)  # the next chunk loads while this one is computed on
                 elif op == Op.GEMM and (loads == "eager" or debt[0] <= 0):
