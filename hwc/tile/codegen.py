@@ -107,6 +107,8 @@ class Codegen:
         self._post_writes = None      # v2: lines the last POST instruction writes (None: nothing pending)
         self._acc_half = 0
         self._later_post = None       # v2: a PPU (and fused add) to emit behind the next GEMM, with PPU.lag
+        self._later_add = None        # v2: (GEMMs of the tile to emit first, the fused add of a lag PPU)
+        self._tail = None             # v2: ((tensor, block, first row, end row), cycles) the last PPU (+add) writes
         self.lag_ppu = self.post_unit and lag_ppu
         self.plan = plan
         self.dram_base = dram_base  # byte address of this program's data in external memory (beat aligned)
@@ -168,10 +170,11 @@ class Codegen:
         return g
 
     def compute(self, g: Group, opcode: Op, needs=(), wait: Wait = Wait.NONE, region=None, drip: bool = True,
-                **fields) -> None:
+                halos: bool = True, **fields) -> None:
         """Append a compute instruction. `region` = (tensor, channel block or None for all, first row,
         end row) of the ACT lines a POST instruction writes, or a GEMM reads (v2 hazard tracking).
-        `drip`: pending halo FILLs may follow this GEMM (not before a GEMM that waits for POST)."""
+        `drip`: pending halo FILLs may follow this GEMM (not before a GEMM that waits for POST). `halos`: a VEC
+        may read or write halo lines (then every pending FILL goes first; a residual add touches none)."""
         if self.post_unit:
             # v2 hazards (docs/tile-v2.md): a PPU reads accumulators GEMMs write, a FILL may overwrite
             # lines in-flight GEMMs still read: both wait for COMPUTE. A GEMM waits for POST only when it
@@ -181,7 +184,7 @@ class Codegen:
                 wait |= Wait.COMPUTE
             if opcode == Op.GEMM:
                 self._fills_before(g, region)
-            elif opcode == Op.VEC:
+            elif opcode == Op.VEC and halos:
                 self.flush_fills(g)
             elif opcode == Op.PPU:
                 self._next_input_fills(g)
@@ -322,6 +325,21 @@ class Codegen:
             out[i] = add
         return out
 
+    def _order_for_fusion(self) -> None:
+        """v2: a residual add is fused with the convolution right before it, whose GEMMs hide the add's VEC
+        work. In [Y, X, add(X, Y)] with X the cheaper convolution (a 1x1 shortcut) and X not reading Y, run X
+        first: the add then rides on Y's GEMMs instead of following X's few alone."""
+        layers = self.plan.layers
+        for i in range(2, len(layers)):
+            y, x, add = layers[i - 2], layers[i - 1], layers[i]
+            if not (isinstance(add, AddLayer) and isinstance(x, ConvLayer) and isinstance(y, ConvLayer)):
+                continue
+            if {x.dst, y.dst} != {add.a, add.b} or x.src == y.dst or y.macs <= x.macs:
+                continue
+            if self.tensor(y.dst).s2d != self.tensor(add.dst).s2d:
+                continue
+            layers[i - 2], layers[i - 1] = x, y
+
     def plan_act(self) -> dict:
         first: dict[str, int] = {}
         last: dict[str, int] = {}
@@ -401,38 +419,28 @@ class Codegen:
         wpad[:m, :c] = layer.weight
         dw_mode = (self.depthwise and layer.group == c == m and kw > 1 and src.s2d == dst.s2d == 1)
         mode = "rows"   # depthwise: "diag", "rows", "cols" or "image" (docs/tile-v2.md, "Depthwise schedules")
+        dw_cost = None
         if dw_mode and self.tiling == "cost":
-            rows_per_tile, mode = self._dw_plan(layer, wpad, ho, wo, rows_per_tile)
-        elif self.post_unit and self.tiling == "cost":
+            rows_per_tile, mode, dw_cost = self._dw_plan(layer, wpad, ho, wo, rows_per_tile)
+        elif self.post_unit and (self.tiling == "cost" or (self.tiling == "quarter" and self.layer in self.fused_adds)):
+            # ("quarter": a fused add's VEC work, 3 cycles a line, wants the tiles of the cost model)
             rows_per_tile = self._tile_rows(layer, ho, wo, rows_per_tile)
         elif self.post_unit and self.tiling == "quarter":
             rows_per_tile = min(rows_per_tile, max(-(-ho // 4), -(-8 * n // wo)))
         needs_in = loads.get(layer.src, ())
+        tiles = _tile_list(ho, rows_per_tile)
+        if self.post_unit:
+            tiles = self._stagger(layer, mode, tiles, self._conv_taps(layer, wpad, 0, mode, dw_mode), dw_cost)
         for cob in range(cbo):
-            # a tap: (ky, first input column, input block, weight block, dw, skip, column step); "cols":
-            # (kx, first input row offset, input block, weight block, 1, skip, row step)
-            taps = self._dw_taps(layer, wpad, cob, mode) if dw_mode and mode != "diag" else None
-            if taps is None:
-                taps = []
-                for ky in range(kh):
-                    for kx in range(kw):
-                        for cib in range(cbi):
-                            blk = wpad[cob * n:(cob + 1) * n, cib * n:(cib + 1) * n, ky, kx]
-                            if blk.any():
-                                taps.append((ky, kx * dw - pl, cib, np.ascontiguousarray(blk).tobytes(), 0, 0, sw))
-            if not taps:  # all-zero weights: one zero block still resets the accumulators
-                taps = [(0, 0, 0, bytes(n * n), 0, 0, sw)]
-            # v2: when a layer starts, POST may still be writing the input's last channel block (its
-            # producer's last PPU or VEC): taps reading it go last, so the others overlap that work.
-            taps.sort(key=lambda t: t[2] == cbi - 1)
+            taps = self._conv_taps(layer, wpad, cob, mode, dw_mode)
             lanes = slice(cob * n, min(m, (cob + 1) * n))
             entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out, layer.lo,
                                layer.hi)
             chunks = [taps[i:i + self.bank_blocks] for i in range(0, len(taps), self.bank_blocks)]
-            tiles = [(oy0, min(rows_per_tile, ho - oy0)) for oy0 in range(0, ho, rows_per_tile)]
             g = self.weighted([t[3] for t in chunks[0]]) if len(chunks) == 1 else None
             acc = self._acc_base()
             for ti, (oy0, rows) in enumerate(tiles):
+                gi = 0   # GEMMs of this tile emitted so far
                 for ci, chunk in enumerate(chunks):
                     if len(chunks) > 1:  # the cob's weights exceed a bank: reload them per pixel tile
                         g = self.weighted([t[3] for t in chunk])
@@ -449,12 +457,28 @@ class Codegen:
                         if later:
                             self._later_post = None
                             later(g)
+                        gi += 1
+                        if self._later_add is not None and gi >= self._later_add[0]:
+                            self._later_add[1](g)
+                            self._later_add = None
+                if self._later_add is not None:  # a tile of few GEMMs: the add goes before its PPU
+                    self._later_add[1](g)
+                    self._later_add = None
 
                 def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, cob=cob, entry=entry):
                     self.compute(g, Op.PPU, region=(dst.name, cob, oy0, oy0 + rows), out=dst.line(cob, oy0, 0),
                                  param=entry, lag=lag, **self._ppu_fields(layer, mode, acc, rows))
                     if self.layer in self.fused_adds:
-                        self.emit_add(self.fused_adds[self.layer], loads, cbs=[cob], rows=(oy0, rows))
+                        def add(g, oy0=oy0, rows=rows, cob=cob):
+                            self.emit_add(self.fused_adds[self.layer], loads, cbs=[cob], rows=(oy0, rows))
+                        if lag:
+                            # the lag PPU starts once the previous tile's GEMMs are done and the add's VEC
+                            # issues only after it: behind the GEMM streaming then, not blocking the next
+                            t = self.timing
+                            gemm = self._gemm_cycles(rows * wo)
+                            self._later_add = (1 + -(-(t.GEMM_LATENCY + t.PPU_OVERHEAD + rows * wo) // gemm), add)
+                        else:
+                            add(g)
 
                 last = cob == cbo - 1 and ti == len(tiles) - 1
                 if self.lag_ppu and len(taps) >= 2 and not last:
@@ -464,7 +488,70 @@ class Codegen:
                 else:
                     post(g)
                 acc = self._next_acc()
+        # v2: the post-processing of the last pixel tile runs on POST while the next layer's GEMMs start
+        oy0, rows = tiles[-1]
+        fused = self.layer in self.fused_adds
+        busy = rows * wo + 20 + (3 * rows * wo + 15 if fused else 0)
+        written = self.fused_adds[self.layer].dst if fused else dst.name
+        self._tail = ((written, cbo - 1, oy0, oy0 + rows), busy)
 
+    def _conv_taps(self, layer: ConvLayer, wpad: np.ndarray, cob: int, mode: str, dw_mode: bool) -> list[tuple]:
+        """The GEMMs of output block `cob` in a pixel tile, in issue order. A tap: (ky, first input column,
+        input block, weight block, dw, skip, column step); "cols": (kx, first input row offset, input block,
+        weight block, 1, skip, row step)."""
+        n = self.n
+        _, cbi_n, kh, kw = wpad.shape
+        cbi = cbi_n // n
+        pl, sw, dw = layer.pads[1], layer.strides[1], layer.dilations[1]
+        taps = self._dw_taps(layer, wpad, cob, mode) if dw_mode and mode != "diag" else None
+        if taps is None:
+            taps = []
+            for ky in range(kh):
+                for kx in range(kw):
+                    for cib in range(cbi):
+                        blk = wpad[cob * n:(cob + 1) * n, cib * n:(cib + 1) * n, ky, kx]
+                        if blk.any():
+                            taps.append((ky, kx * dw - pl, cib, np.ascontiguousarray(blk).tobytes(), 0, 0, sw))
+        if not taps:  # all-zero weights: one zero block still resets the accumulators
+            taps = [(0, 0, 0, bytes(n * n), 0, 0, sw)]
+        # v2: when a layer starts, POST may still be writing the input's last channel block (its
+        # producer's last PPU or VEC): taps reading it go last, so the others overlap that work.
+        taps.sort(key=lambda t: t[2] == cbi - 1)
+        return taps
+
+    def _stagger(self, layer: ConvLayer, mode: str, tiles: list[tuple], taps: list[tuple], dw_cost) -> list[tuple]:
+        """v2: when this layer starts, POST still post-processes the producer's last pixel tile (`_tail`); the
+        GEMMs of this layer's first tile that do not read those rows stream meanwhile. A shorter first tile
+        may read none of them: keep it when the cost model says the overlap pays for the extra tile."""
+        tail, self._tail = self._tail, None
+        if tail is None or tail[0][0] != layer.src or len(tiles) < 1:
+            return tiles
+        region, busy = tail
+        ho, r = self.tensor(layer.dst).h, tiles[0][1]
+
+        def overlap(rows: int) -> tuple[int, bool]:
+            t = 0
+            for kk, off, cib, _, _, skip, si in taps:
+                f = self._gemm_fields(layer, mode, 0, rows, kk, off, cib, skip, si)
+                if _overlaps(f["region"], region):
+                    return t, False
+                t += self._gemm_cycles(f["n_outer"] * f["n_inner"])
+            return t, True
+
+        cbo = -(-layer.weight.shape[0] // self.n)
+
+        def cost(ts: list[tuple]) -> int:
+            per = [self._tile_cost(layer, rows, dw_cost) for _, rows in ts]
+            return cbo * sum(p[0] for p in per) + per[-1][1] + max(0, busy - overlap(ts[0][1])[0])
+
+        best = (cost(tiles), tiles)
+        if overlap(r)[1]:
+            return tiles
+        first = next((k for k in range(r - 1, 0, -1) if overlap(k)[1]), 0)
+        if first:
+            cand = [(0, first)] + [(y, min(r, ho - y)) for y in range(first, ho, r)]
+            best = min(best, (cost(cand), cand))
+        return best[1]
     def _gemm_fields(self, layer: ConvLayer, mode: str, oy0: int, rows: int, kk: int, off: int, cib: int,
                      skip: int, si: int) -> dict:
         """The stream of one GEMM of a pixel tile: `rows` output rows from oy0, for a tap (kk, off)."""
@@ -507,34 +594,38 @@ class Codegen:
         tile's GEMMs, but cost a weight preload per GEMM when tiles are short: pick the cheapest by a
         small cost model (GEMM cycles vs the post-processing left exposed after the last tile).
         `dw` = (GEMMs per tile, skip, mode) for a depthwise-mode layer: then returns (cost, rows)."""
-        n = self.n
-        m, c, kh, kw = layer.weight.shape
-        cbo = -(-m // n)
-        taps = kh * max(1, kw if layer.group == 1 else 1) * (1 if layer.group > 1 else -(-c // n))
-        fused = self.layer in self.fused_adds
+        cbo = -(-layer.weight.shape[0] // self.n)
         best = None
         for r in sorted({most, *(max(1, -(-ho // k)) for k in (2, 4, 8, 16) if self.post_unit)}):
             if r > most:
                 continue
-            tiles = -(-ho // r)
-            p = r * wo
-            if dw is None:
-                gemm_tile = taps * self._gemm_cycles(p)
-            else:
-                ntaps, skip, mode = dw
-                lines = {"rows": r * (wo + skip), "cols": wo * (r + skip), "diag": p}.get(mode) or \
-                    self._image_lines(layer, r)
-                gemm_tile = ntaps * self._gemm_cycles(lines)
-            post_tile = p + 20 + (3 * p + 15 if fused else 0)
-            # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
-            gemms = dw[0] if dw is not None else taps
-            drain = 0 if self.lag_ppu and gemms >= 2 else self.timing.GEMM_LATENCY + n + self.timing.GEMM_SETUP
-            cost = cbo * tiles * (max(gemm_tile, post_tile) + drain) + post_tile
+            per, post_tile = self._tile_cost(layer, r, dw)
+            cost = cbo * -(-ho // r) * per + post_tile
             if best is None or cost < best[0]:
                 best = (cost, r)
         return best if dw is not None else best[1]
 
-    def _dw_plan(self, layer: ConvLayer, wpad: np.ndarray, ho: int, wo: int, most: int) -> tuple[int, str]:
+    def _tile_cost(self, layer: ConvLayer, r: int, dw: tuple | None = None) -> tuple[int, int]:
+        """The cost model of one pixel tile of `r` output rows and one output block: (cycles it occupies, its
+        post-processing). `dw` as for `_tile_rows`."""
+        n, wo = self.n, self.tensor(layer.dst).w
+        _, c, kh, kw = layer.weight.shape
+        taps = kh * max(1, kw if layer.group == 1 else 1) * (1 if layer.group > 1 else -(-c // n))
+        p = r * wo
+        if dw is None:
+            gemm_tile = taps * self._gemm_cycles(p)
+        else:
+            ntaps, skip, mode = dw
+            lines = {"rows": r * (wo + skip), "cols": wo * (r + skip), "diag": p}.get(mode) or \
+                self._image_lines(layer, r)
+            gemm_tile = ntaps * self._gemm_cycles(lines)
+        post_tile = p + 20 + (3 * p + 15 if self.layer in self.fused_adds else 0)
+        # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
+        gemms = dw[0] if dw is not None else taps
+        drain = 0 if self.lag_ppu and gemms >= 2 else self.timing.GEMM_LATENCY + n + self.timing.GEMM_SETUP
+        return max(gemm_tile, post_tile) + drain, post_tile
+
+    def _dw_plan(self, layer: ConvLayer, wpad: np.ndarray, ho: int, wo: int, most: int) -> tuple:
         """Depthwise mode: rows per tile and the stream, whichever the cost model prefers: "diag" (no mode: a
         diagonal block per tap), "rows" (a GEMM
         per kernel row, its columns in the array's columns), "cols" (the same down the columns) or
@@ -558,10 +649,11 @@ class Codegen:
                 if not cap:
                     continue
             skip = max((t[5] for t in taps if t), default=0)
-            cost, rows = self._tile_rows(layer, ho, wo, cap, (max(1, len(taps)), skip, mode))
+            dw = (max(1, len(taps)), skip, mode)
+            cost, rows = self._tile_rows(layer, ho, wo, cap, dw)
             if best is None or cost < best[0]:
-                best = (cost, rows, mode)
-        return (best[1], best[2]) if best else (self._tile_rows(layer, ho, wo, most), "rows")
+                best = (cost, rows, mode, dw)
+        return best[1:] if best else (self._tile_rows(layer, ho, wo, most), "rows", None)
 
     def _acc_base(self) -> int:
         return self._acc_half * (self.acc_lines // 2) if self.post_unit else 0
@@ -661,7 +753,7 @@ class Codegen:
         needs = tuple(loads.get(layer.a, ())) + tuple(loads.get(layer.b, ()))
         y0, nrows = rows if rows is not None else (0, a.h)
         for cb in (cbs if cbs is not None else range(a.cb)):
-            self.compute(g, Op.VEC, needs=needs, region=(o.name, cb, y0, y0 + nrows), op=int(VecOp.ADD),
+            self.compute(g, Op.VEC, needs=needs, region=(o.name, cb, y0, y0 + nrows), halos=False, op=int(VecOp.ADD),
                          a=a.line(cb, y0, 0), b=b.line(cb, y0, 0), out=o.line(cb, y0, 0), n_outer=nrows,
                          n_inner=a.w, in_so=a.wp, in_si=1, out_so=o.wp, out_si=1, param=entry)
 
@@ -717,6 +809,8 @@ class Codegen:
                     self.temps.append((t, i))
                     pair.append(t)
                 temps[layer.name] = tuple(pair)
+        if self.post_unit:
+            self._order_for_fusion()
         self.fused_adds = self._fusable_adds() if self.post_unit else {}
         act = self.plan_act()
         # LOAD ids: -1 and -2 the params (two parts), (input, chunk) a model input's rows in chunks (so that
@@ -743,6 +837,8 @@ class Codegen:
                     self._halo_pending.append(self.tensor(self.fused_adds[i].dst))
             elif not (isinstance(layer, AddLayer) and (i - 1) in self.fused_adds):
                 self.fill_halo(self.last(), self.tensor(layer.dst))
+            if not isinstance(layer, ConvLayer) and not (isinstance(layer, AddLayer) and (i - 1) in self.fused_adds):
+                self._tail = None
             if isinstance(layer, ConvLayer):
                 self.emit_conv(layer, loads)
             elif isinstance(layer, GapLayer):
@@ -933,6 +1029,10 @@ class Codegen:
             rec["insns"] = [min(idx), max(idx) + 1] if idx else [0, 0]
             del rec["groups"]
         return TileProgram(prog, dram, regions, inputs, outputs, io_off, act, layer_records, insn_layer)
+
+
+def _tile_list(ho: int, r: int) -> list[tuple[int, int]]:
+    return [(oy0, min(r, ho - oy0)) for oy0 in range(0, ho, r)]
 
 
 def _reads(layer) -> list[str]:

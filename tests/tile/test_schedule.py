@@ -329,3 +329,63 @@ def test_output_halos_do_not_stall_the_array(target):
     span = res.end[gemms[-1]] - latency - res.start[gemms[0]]
     assert span <= 1.03 * lines, (span, lines)
     assert sum(i.op == isa.Op.FILL for i in prog) >= 4 * 25  # the halo: 25 runs per channel block
+
+
+def _timeline(g, target, pin=None):
+    """The built artifact, its program, the model's per-instruction times and each instruction's layer."""
+    from hwc.sim.model import TileModel
+
+    from hwc import isa
+
+    art = check_exact(g, target)
+    pin = pin or art.report["schedule"]
+    art = build_tile(g, target, hdl=False, pin=pin)
+    io = art.info["tile"]["segments"][0]
+    res = TileModel(target).run(art.program, art.memory_image(), io["prog_offset"] // isa.INSN_BYTES)
+    (_, tp, _), = schedule(g, target, pin=pin)
+    assert isa.to_bytes(tp.program) == art.program
+    return art, isa.from_bytes(art.program), res, tp.insn_layer
+
+
+def test_the_next_layer_streams_while_the_last_tile_is_post_processed():
+    """A residual block's last pixel tile is post-processed (PPU, then the fused add on VEC, 3 cycles a line)
+    while the next layer's GEMMs stream: the next layer's first pixel tile is cut short enough not to read
+    the rows still being written, so its first GEMM starts before that work ends (it used to wait for it)."""
+    from hwc import isa
+
+    target = TARGETS["tile32x32"]
+    n = target["array"]["rows"]
+    b = QBuilder(seed=5)
+    x = b.input("x", (1, n, 16, 16), zp=0)
+    y = b.conv(x, n, pads=[1, 1, 1, 1], relu=True)
+    s = b.add(b.conv(y, n, pads=[1, 1, 1, 1]), y, relu=True)
+    g = b.output(b.conv(s, n, stride=2, pads=[1, 1, 1, 1]))
+    art, prog, res, layer = _timeline(g, target, [{"tiling": "cost", "loads": "eager", "im2col": False}])
+    post = [k for k, i in enumerate(prog) if layer[k] == 1 and i.op in (isa.Op.PPU, isa.Op.VEC)]
+    assert prog[post[-1]].op == isa.Op.VEC                        # the fused add ends the block
+    nxt = [k for k, i in enumerate(prog) if layer[k] == 3 and i.op == isa.Op.GEMM]
+    assert res.start[nxt[0]] < res.end[post[-1]] - 100, (res.start[nxt[0]], res.end[post[-1]])
+    assert not prog[nxt[0]].wait & isa.Wait.POST
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+def test_a_residual_add_rides_on_the_longer_branch(target):
+    """[3x3 conv, 1x1 shortcut conv, add] is scheduled as [shortcut, 3x3 conv + add]: the add's VEC work
+    (fused, tile by tile) overlaps the 3x3 conv's GEMMs instead of following the shortcut's one GEMM."""
+    from hwc import isa
+
+    n = TARGETS[target]["array"]["rows"]
+    b = QBuilder(seed=6)
+    x = b.input("x", (1, n, 12, 12), zp=2)
+    y = b.conv(x, n, pads=[1, 1, 1, 1], relu=True)
+    main = b.conv(y, 2 * n, pads=[1, 1, 1, 1])
+    short = b.conv(y, 2 * n, k=1)
+    g = b.output(b.add(main, short, relu=True))
+    art, prog, res, layer = _timeline(g, TARGETS[target])
+    vec_layers = {layer[k] for k, i in enumerate(prog) if i.op == isa.Op.VEC}
+    assert len(vec_layers) == 1
+    gemms = [k for k, i in enumerate(prog) if i.op == isa.Op.GEMM and layer[k] in vec_layers]
+    assert len(gemms) >= 9 * 2, len(gemms)           # the 3x3 conv's GEMMs (9 taps x 2 output blocks)
+    names = [r["name"] for r in art.report["layers"]]
+    node = {nd.outputs[0]: nd.name for nd in g.nodes}
+    assert names.index(node[short]) < names.index(node[main])
