@@ -71,6 +71,7 @@ class Group:
     bank: int = 0
     load_id: int = -1
     est: int = 0      # estimated compute cycles (for sizing the next group's load)
+    layer: int = -1   # the layer that opened it
 
     def block(self, data: bytes) -> int:
         if data not in self.index:
@@ -163,9 +164,14 @@ class Codegen:
             # (The first group's load cannot hide: it holds a single request.)
             prev = [x for x in self.groups[:-1] if x.blocks is not None]
             budget = prev[-1].est if prev else 0
+            if len(prev) == 1:  # the bus also brings the model inputs' later chunks during the first group
+                budget -= sum((r1 - r0) * self.tensor(name).w for name, chunks in self.in_chunks.items()
+                              for _, r0, r1 in chunks[1:]) * self.n // self.beat
+                if self.in_chunks and g.layer != self.layer:
+                    budget = 0   # and the first group's compute waits for them: the second holds one layer
             if not g.blocks or (grown <= self.bank_blocks and grown * self.n <= budget):
                 return g
-        g = Group([])
+        g = Group([], layer=self.layer)
         self.groups.append(g)
         return g
 
@@ -441,6 +447,7 @@ class Codegen:
             acc = self._acc_base()
             for ti, (oy0, rows) in enumerate(tiles):
                 gi = 0   # GEMMs of this tile emitted so far
+                final = cob == cbo - 1 and ti == len(tiles) - 1   # its PPU drains the array: FILLs may go first
                 for ci, chunk in enumerate(chunks):
                     if len(chunks) > 1:  # the cob's weights exceed a bank: reload them per pixel tile
                         g = self.weighted([t[3] for t in chunk])
@@ -452,8 +459,8 @@ class Codegen:
                         tile_end = ci == len(chunks) - 1 and k == len(chunk) - 1
                         self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc,
                                      reset=int(ci == 0 and k == 0), dw=dwf, skip=skip,
-                                     wait=Wait.POST if later else Wait.NONE, drip=not (tile_end and self.lag_ppu),
-                                     **f)
+                                     wait=Wait.POST if later else Wait.NONE,
+                                     drip=not (tile_end and self.lag_ppu and not final), **f)
                         if later:
                             self._later_post = None
                             later(g)
@@ -549,8 +556,12 @@ class Codegen:
             return tiles
         first = next((k for k in range(r - 1, 0, -1) if overlap(k)[1]), 0)
         if first:
-            cand = [(0, first)] + [(y, min(r, ho - y)) for y in range(first, ho, r)]
-            best = min(best, (cost(cand), cand))
+            rest = ho - first
+            k = -(-rest // r)
+            even = [rest // k + (j < rest % k) for j in range(k)]   # the other rows in tiles of equal size
+            for sizes in ([min(r, rest - y) for y in range(0, rest, r)], even):
+                cand = [(0, first)] + [(first + sum(sizes[:j]), sz) for j, sz in enumerate(sizes)]
+                best = min(best, (cost(cand), cand))
         return best[1]
     def _gemm_fields(self, layer: ConvLayer, mode: str, oy0: int, rows: int, kk: int, off: int, cib: int,
                      skip: int, si: int) -> dict:
@@ -727,16 +738,26 @@ class Codegen:
         g = self.weighted([zero_b, *blocks.values()])
         needs_in = loads.get(layer.src, ())
         acc = self._acc_base()
+        # v2: the rows the producer's last PPU (or add) may still be writing (`_tail`) are summed last, by
+        # GEMMs of their own: the others stream meanwhile
+        tail, self._tail = self._tail, None
+        split = {}
+        if tail is not None and tail[0][0] == src.name and 0 < tail[0][2] < src.h:
+            split[tail[0][1]] = tail[0][2]
+        runs = []
         for ob in range(dst.cb):
-            self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, None, 0, src.h),
+            self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, 0, 0, 1),
                          wblk=g.block(zero_b), act=src.line(0, 0, 0), acc=acc + ob, n_outer=1,
                          n_inner=1, act_so=0, act_si=0, acc_so=0, acc_si=0, reset=1)
             for ib in range(src.cb):
                 if (ob, ib) in blocks:
-                    self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, ib, 0, src.h),
-                                 wblk=g.block(blocks[ob, ib]), act=src.line(ib, 0, 0),
-                                 acc=acc + ob, n_outer=src.h, n_inner=src.w, act_so=src.wp, act_si=1, acc_so=0,
-                                 acc_si=0, reset=0)
+                    y = split.get(ib, 0)
+                    runs += [(ob, ib, y0, y1) for y0, y1 in ((0, y), (y, src.h)) if y1 > y0]
+        runs.sort(key=lambda r: _overlaps((src.name, r[1], r[2], r[3]), tail[0]) if tail else False)
+        for ob, ib, y0, y1 in runs:
+            self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, ib, y0, y1), wblk=g.block(blocks[ob, ib]),
+                         act=src.line(ib, y0, 0), acc=acc + ob, n_outer=y1 - y0, n_inner=src.w, act_so=src.wp,
+                         act_si=1, acc_so=0, acc_si=0, reset=0)
         entry = self.param(np.full(n, layer.bias), np.full(n, layer.mult), np.full(n, layer.shift), layer.z_out,
                            layer.lo, layer.hi)
         self.compute(g, Op.PPU, region=(dst.name, None, 0, 1), acc=acc, out=dst.line(0, 0, 0), n_outer=1,
@@ -837,8 +858,9 @@ class Codegen:
                     self._halo_pending.append(self.tensor(self.fused_adds[i].dst))
             elif not (isinstance(layer, AddLayer) and (i - 1) in self.fused_adds):
                 self.fill_halo(self.last(), self.tensor(layer.dst))
-            if not isinstance(layer, ConvLayer) and not (isinstance(layer, AddLayer) and (i - 1) in self.fused_adds):
-                self._tail = None
+            fused_add = isinstance(layer, AddLayer) and (i - 1) in self.fused_adds
+            if not isinstance(layer, (ConvLayer, GapLayer)) and not fused_add:
+                self._tail = None   # (a conv or global pool reads it: `_stagger`, `emit_gap`)
             if isinstance(layer, ConvLayer):
                 self.emit_conv(layer, loads)
             elif isinstance(layer, GapLayer):
