@@ -176,11 +176,12 @@ class Codegen:
         return g
 
     def compute(self, g: Group, opcode: Op, needs=(), wait: Wait = Wait.NONE, region=None, drip: bool = True,
-                halos: bool = True, **fields) -> None:
+                halos: bool = True, drains: bool = False, **fields) -> None:
         """Append a compute instruction. `region` = (tensor, channel block or None for all, first row,
         end row) of the ACT lines a POST instruction writes, or a GEMM reads (v2 hazard tracking).
         `drip`: pending halo FILLs may follow this GEMM (not before a GEMM that waits for POST). `halos`: a VEC
-        may read or write halo lines (then every pending FILL goes first; a residual add touches none)."""
+        may read or write halo lines (then every pending FILL goes first; a residual add touches none). `drains`: the
+        next instruction waits for this GEMM to complete (FILLs may use POST until then)."""
         if self.post_unit:
             # v2 hazards (docs/tile-v2.md): a PPU reads accumulators GEMMs write, a FILL may overwrite
             # lines in-flight GEMMs still read: both wait for COMPUTE. A GEMM waits for POST only when it
@@ -215,7 +216,7 @@ class Codegen:
         lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
         g.est += {Op.GEMM: self._gemm_cycles(lines), Op.PPU: lines + 20, Op.VEC: 3 * lines + 15}.get(opcode, lines + 2)
         if opcode == Op.GEMM and self._drip and drip:
-            self._drip_fills(g, lines)
+            self._drip_fills(g, lines, drains)
 
     def _gemm_cycles(self, lines: int) -> int:
         """Cycles a GEMM of `lines` occupies the array in a back-to-back run: its stream, at least its
@@ -248,13 +249,14 @@ class Codegen:
         busy = {Op.PPU: t.PPU_OVERHEAD + lines, Op.VEC: t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines}
         self._clock[1] = start + busy.get(opcode, t.FILL_OVERHEAD + lines) + 1
 
-    def _drip_fills(self, g: Group, lines: int) -> None:
+    def _drip_fills(self, g: Group, lines: int, drains: bool = False) -> None:
         """After a GEMM streaming `lines`: as many pending halo FILLs as POST can take (idle by the GEMM's
-        start, estimated) while the next GEMM's issue may still wait (about lines - N cycles)."""
+        start, estimated) while the next GEMM's issue may still wait (about lines - N cycles; `drains`: until
+        the GEMM completes)."""
         t = self.timing
         gemm_start = self._clock[0] - self._gemm_cycles(lines)
         # the next GEMM must issue by about gemm_start + lines - N; FILLs issue once POST is free
-        room = gemm_start + lines - t.N - 4 - max(self._clock[1], gemm_start)
+        room = gemm_start + lines + (t.GEMM_LATENCY if drains else -t.N - 4) - max(self._clock[1], gemm_start)
         while self._drip and room > 0:
             _, region, addr, count, value = self._drip.pop(0)
             room -= t.FILL_OVERHEAD + count + 2
@@ -460,7 +462,8 @@ class Codegen:
                         self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc,
                                      reset=int(ci == 0 and k == 0), dw=dwf, skip=skip,
                                      wait=Wait.POST if later else Wait.NONE,
-                                     drip=not (tile_end and self.lag_ppu and not final), **f)
+                                     drip=not (tile_end and self.lag_ppu and not final),
+                                     drains=tile_end and final, **f)
                         if later:
                             self._later_post = None
                             later(g)
