@@ -30,7 +30,8 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
     """Partition the int8 graph and generate one tile program per tile segment, with the choices made
     (im2col, tiling and load policies: `pin`, a previous build's report["schedule"], repeats them: an
     ablation then changes one thing only). A thin first layer is built both with and without the host
-    im2col (it fills more lanes but loads a bigger input): the cycle model keeps the faster.
+    im2col (it fills more lanes but loads a bigger input), and stacked tensors with and without shifted
+    alignments (`layers.space_to_depth`): the cycle model keeps the fastest.
 
     Segment k's data and program follow segment k-1's in external memory (one address space)."""
     n = target["array"]["rows"]
@@ -42,21 +43,28 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
         for expand in ([True, False] if im2col else [False]):
             if fixed is not None and expand != fixed["im2col"]:
                 continue
-            p = copy.deepcopy(plan)
-            if expand and not im2col_first_layer(p, n, target["scratchpad"]["act_lines"]):
+            start = copy.deepcopy(plan)
+            if expand and not im2col_first_layer(start, n, target["scratchpad"]["act_lines"]):
                 continue  # no thin first layer to expand
-            if stack:
-                space_to_depth(p, n)
-            try:
-                variants.append(_best_program(p, target, double_buffer, base, fixed))
-            except UnsupportedError:
-                if not variants and not expand:
-                    raise
+            for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
+                p = copy.deepcopy(start)
+                if stack:
+                    space_to_depth(p, n, shift=shift)
+                used = any(t.shift for t in p.tensors.values())
+                try:
+                    cycles, bp, prog, choice = _best_program(p, target, double_buffer, base, fixed)
+                    variants.append((cycles, bp, prog, dict(choice, shift=used)))
+                except UnsupportedError:
+                    if not variants and not expand and not shift:
+                        raise
+                if not used:
+                    break  # nothing to shift: the other build is the same
         if not variants:  # a pinned im2col that does not apply here
             p = copy.deepcopy(plan)
             if stack:
-                space_to_depth(p, n)
-            variants.append(_best_program(p, target, double_buffer, base, fixed))
+                space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")))
+            cycles, bp, prog, choice = _best_program(p, target, double_buffer, base, fixed)
+            variants.append((cycles, bp, prog, dict(choice, shift=any(t.shift for t in p.tensors.values()))))
         _, plan, prog, choice = min(variants, key=lambda v: v[0])
         out.append((plan, prog, dict(choice, im2col=bool(plan.im2col))))
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES

@@ -444,6 +444,7 @@ class Codegen:
             lanes = slice(cob * n, min(m, (cob + 1) * n))
             entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out, layer.lo,
                                layer.hi)
+            pieces = self._ppu_pieces(layer, lanes, entry, mode)
             chunks = [taps[i:i + self.bank_blocks] for i in range(0, len(taps), self.bank_blocks)]
             g = self.weighted([t[3] for t in chunks[0]]) if len(chunks) == 1 else None
             acc = self._acc_base()
@@ -475,9 +476,12 @@ class Codegen:
                     self._later_add[1](g)
                     self._later_add = None
 
-                def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, cob=cob, entry=entry):
-                    self.compute(g, Op.PPU, region=(dst.name, cob, oy0, oy0 + rows), out=dst.line(cob, oy0, 0),
-                                 param=entry, lag=lag, **self._ppu_fields(layer, mode, acc, rows))
+                def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, cob=cob, entry=entry, pieces=pieces):
+                    fields = self._ppu_fields(layer, mode, acc, rows)
+                    for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
+                        f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
+                        self.compute(g, Op.PPU, region=(dst.name, cob, oy0, oy0 + rows),
+                                     out=dst.line(cob, oy0, x0), param=e, lag=lag, **f)
                     if self.layer in self.fused_adds:
                         def add(g, oy0=oy0, rows=rows, cob=cob):
                             self.emit_add(self.fused_adds[self.layer], loads, cbs=[cob], rows=(oy0, rows))
@@ -504,6 +508,29 @@ class Codegen:
         busy = rows * wo + 20 + (3 * rows * wo + 15 if fused else 0)
         written = self.fused_adds[self.layer].dst if fused else dst.name
         self._tail = ((written, cbo - 1, oy0, oy0 + rows), busy)
+
+    def _ppu_pieces(self, layer: ConvLayer, lanes: slice, entry: int, mode: str) -> list[tuple[int, int, int]]:
+        """The column ranges of a pixel tile's PPUs and their param entries: one, or for a shifted stacked
+        output (layers.space_to_depth) first its edge columns, whose pad pixels' lanes get multiplier and
+        bias 0 so that the PPU writes the zero point there (the padding its readers expect)."""
+        dst = self.tensor(layer.dst)
+        f, w2 = dst.s2d, dst.w
+        pad = {x: [b for b in range(f) if not 0 <= f * x + b - dst.shift < dst.w0] for x in {0, w2 - 1}}
+        pad = {x: bs for x, bs in pad.items() if bs and f > 1}
+        if not pad:
+            return [(0, w2, entry)]
+        assert mode == "rows", mode   # a stacked output: no depthwise mode
+        m = dst.c // f                        # channels per pixel: lane c + m*b holds pixel f*X + b - shift
+        out = []
+        for x in sorted(pad):
+            keep = np.array([(k // m) not in pad[x] for k in range(lanes.start, lanes.stop)])
+            e = self.param(np.where(keep, layer.bias[lanes], 0), np.where(keep, layer.mult[lanes], 0),
+                           layer.shift[lanes], layer.z_out, layer.lo, layer.hi)
+            out.append((x, x + 1, e))
+        lo, hi = (1 if 0 in pad else 0), (w2 - 1 if w2 - 1 in pad else w2)
+        if hi > lo:
+            out.append((lo, hi, entry))
+        return out
 
     def _conv_taps(self, layer: ConvLayer, wpad: np.ndarray, cob: int, mode: str, dw_mode: bool) -> list[tuple]:
         """The GEMMs of output block `cob` in a pixel tile, in issue order. A tap: (ky, first input column,
@@ -950,6 +977,8 @@ class Codegen:
         order += [(name, c) for name in plan.inputs for c in range(len(self.in_chunks[name]))]
         order = list(dict.fromkeys(order))
         group_chunks = {id(g): {d for e in g.compute for d in e.needs if isinstance(d, tuple)} for g in self.groups}
+        # (the first weighted group's entries; all of them when it has no PPU, e.g. its PPU lags into the next
+        # group: limiting the part to the next group's entries measured slower on DS-CNN and the FC autoencoder)
         first_w = next((k for k, g in enumerate(self.groups) if g.blocks), len(self.groups))
         head = 1 + max((e.insn_args[1]["param"] for g in self.groups[:first_w + 1] for e in g.compute
                         if e.insn_args[0] in (Op.PPU, Op.VEC)), default=len(self.params) - 1)

@@ -46,6 +46,8 @@ class TileTensor:
     base: int = 0                              # first ACT line (planned)
     graph_shape: tuple[int, ...] = ()          # the IR shape ([1,C,H,W] or [M,K])
     s2d: int = 1                               # pixels per line (space_to_depth): c, w are the stacked sizes
+    shift: int = 0                             # stacked: pad pixels before pixel 0 in line 0 (0 or 1)
+    w0: int = 0                                # stacked: the unstacked width
 
     @property
     def cb(self) -> int:
@@ -468,17 +470,18 @@ def _layer_inputs(layer: Layer) -> list[str]:
 # ---- thin tensors: several pixels per line (space-to-depth along W) ---------------------------
 
 
-def _s2d_conv_weights(layer: ConvLayer, c: int, fi: int, fo: int):
+def _s2d_conv_weights(layer: ConvLayer, c: int, fi: int, fo: int, si: int = 0, so: int = 0):
     """Weights, strides, dilations and horizontal pads of `layer` on space-to-depth tensors.
 
-    x'[c + C*a, y, U] = x[c, y, fi*U + a] and o'[m + M*b, y, X'] = o[m, y, fo*X' + b]. Output
-    column fo*X' + b reads input column u = sx*(fo*X' + b) + kx*dx - pl = fi*(s'*X' + delta) + a
-    with s' = sx*fo/fi, delta = floor((sx*b + kx*dx - pl) / fi), a = (sx*b + kx*dx - pl) mod fi:
+    x'[c + C*a, y, U] = x[c, y, fi*U + a - si] and o'[m + M*b, y, X'] = o[m, y, fo*X' + b - so] (si, so:
+    the shifts, pad pixels before pixel 0). Output column fo*X' + b - so reads input column
+    u = sx*(fo*X' + b - so) + kx*dx - pl, stored at u + si = fi*(s'*X' + delta) + a with s' = sx*fo/fi,
+    delta = floor((sx*b + kx*dx - pe) / fi), a = (sx*b + kx*dx - pe) mod fi, pe = pl + sx*so - si:
     a convolution of x' with stride s' whose kernel column is delta - min(delta)."""
     w = layer.weight
     m, _, kh, kw = w.shape
     sx, dx = layer.strides[1], layer.dilations[1]
-    pl = layer.pads[1]
+    pl = layer.pads[1] + sx * so - si
     taps = [(b, kx, (sx * b + kx * dx - pl) // fi, (sx * b + kx * dx - pl) % fi) for b in range(fo) for kx in range(kw)]
     dmin = min(t[2] for t in taps)
     dmax = max(t[2] for t in taps)
@@ -488,7 +491,7 @@ def _s2d_conv_weights(layer: ConvLayer, c: int, fi: int, fo: int):
     return wn, sx * fo // fi, -dmin, dmax
 
 
-def space_to_depth(plan: TilePlan, n_lanes: int) -> None:
+def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True) -> None:
     """Stack several pixels of a thin tensor (fewer channels than lanes) into one line.
 
     A tensor of C channels is stored with f = N/C pixels per line (f a power of two that
@@ -540,6 +543,7 @@ def space_to_depth(plan: TilePlan, n_lanes: int) -> None:
                         changed = True
     if all(k == 1 for k in f.values()):
         return
+    sh = _shifts(plan, f, n_lanes) if shift else {name: 0 for name in plan.tensors}
     for layer in plan.layers:
         if isinstance(layer, ConvLayer):
             fi, fo = f[layer.src], f[layer.dst]
@@ -548,15 +552,16 @@ def space_to_depth(plan: TilePlan, n_lanes: int) -> None:
             c = plan.tensors[layer.src].c
             if plan.tensors[layer.dst].w == 1:
                 layer.strides = (layer.strides[0], fi)
-            wn, sx2, pl2, _ = _s2d_conv_weights(layer, c, fi, fo)
+            si, so = sh[layer.src], sh[layer.dst]
+            wn, sx2, pl2, _ = _s2d_conv_weights(layer, c, fi, fo, si, so)
             layer.weight = wn
             layer.bias = np.tile(layer.bias, fo)
             layer.mult = np.tile(layer.mult, fo)
             layer.shift = np.tile(layer.shift, fo)
             layer.strides = (layer.strides[0], sx2)
             layer.dilations = (layer.dilations[0], 1)
-            src_w2 = plan.tensors[layer.src].w // fi
-            dst_w2 = plan.tensors[layer.dst].w // fo
+            src_w2 = _stacked_width(plan.tensors[layer.src].w, fi, si)
+            dst_w2 = _stacked_width(plan.tensors[layer.dst].w, fo, so)
             pr2 = max(0, sx2 * (dst_w2 - 1) + (wn.shape[3] - 1) - pl2 - (src_w2 - 1))
             layer.pads = (layer.pads[0], pl2, layer.pads[2], pr2)
         elif isinstance(layer, GapLayer):
@@ -564,5 +569,76 @@ def space_to_depth(plan: TilePlan, n_lanes: int) -> None:
     for name, t in plan.tensors.items():
         k = f[name]
         if k > 1:
-            t.s2d = k
-            t.c, t.w = t.c * k, t.w // k
+            t.s2d, t.shift, t.w0 = k, sh[name], t.w
+            t.c, t.w = t.c * k, _stacked_width(t.w, k, sh[name])
+
+
+def _stacked_width(w: int, f: int, shift: int) -> int:
+    return -(-(w + shift) // f)
+
+
+def _shifts(plan: TilePlan, f: dict[str, int], n_lanes: int) -> dict[str, int]:
+    """Shift (0 or 1 pad pixels before pixel 0) of each stacked tensor: a 3x3 convolution between two
+    tensors of two pixels per line reads three lines per output line when both are aligned alike (the
+    outer two a quarter used) but two when the alignments differ by one pixel. Chosen to minimize the
+    convolutions' kernel columns x output lines, over the tensors a convolution or residual add writes
+    and only convolutions and adds read (a shifted tensor's edge lines hold pad pixels: its producer
+    writes them as the zero point). Residual operands and result share one shift."""
+    shift = {name: 0 for name in plan.tensors}
+    producer = {layer.dst: layer for layer in plan.layers}
+    readers: dict[str, list] = {}
+    for layer in plan.layers:
+        for name in ([layer.a, layer.b] if isinstance(layer, AddLayer) else [layer.src]):
+            readers.setdefault(name, []).append(layer)
+    ok = {name for name, t in plan.tensors.items()
+          if f[name] > 1 and t.w > 1 and name not in plan.outputs and name not in plan.inputs
+          and isinstance(producer.get(name), (ConvLayer, AddLayer))
+          and all(isinstance(r, (ConvLayer, AddLayer)) for r in readers.get(name, []))}
+    group = {name: name for name in plan.tensors}   # union-find: residual operands and result
+
+    def root(x):
+        while group[x] != x:
+            x = group[x]
+        return x
+
+    for layer in plan.layers:
+        if isinstance(layer, AddLayer):
+            for other in (layer.a, layer.b):
+                group[root(other)] = root(layer.dst)
+    members: dict[str, list[str]] = {}
+    for name in plan.tensors:
+        members.setdefault(root(name), []).append(name)
+    free = sorted(r for r, ms in members.items() if all(m in ok for m in ms))
+    convs = [layer for layer in plan.layers if isinstance(layer, ConvLayer)
+             and (f[layer.src] > 1 or f[layer.dst] > 1) and plan.tensors[layer.dst].w > 1]
+    if not free or not convs or len(free) > 12:
+        return shift
+
+    def cost(sh):   # streamed lines: nonzero weight blocks x output lines
+        total = 0
+        for layer in convs:
+            fi, fo = f[layer.src], f[layer.dst]
+            wn = _s2d_conv_weights(layer, plan.tensors[layer.src].c, fi, fo, sh[layer.src], sh[layer.dst])[0]
+            mo, ci, kh, kw = wn.shape
+            blocks = np.zeros((-(-mo // n_lanes) * n_lanes, -(-ci // n_lanes) * n_lanes, kh, kw), bool)
+            blocks[:mo, :ci] = wn != 0
+            nz = blocks.reshape(-1, n_lanes, blocks.shape[1] // n_lanes, n_lanes, kh, kw).any(axis=(1, 3)).sum()
+            total += int(nz) * plan.tensors[layer.dst].h * _stacked_width(plan.tensors[layer.dst].w, fo,
+                                                                           sh[layer.dst])
+        return total
+
+    best = (cost(shift), 0)
+    for bits in range(1, 1 << len(free)):
+        trial = dict(shift)
+        for k, r in enumerate(free):
+            if bits >> k & 1:
+                for name in members[r]:
+                    trial[name] = 1
+        c = cost(trial)
+        if c < best[0]:
+            best = (c, bits)
+    for k, r in enumerate(free):
+        if best[1] >> k & 1:
+            for name in members[r]:
+                shift[name] = 1
+    return shift

@@ -138,3 +138,33 @@ def test_ds_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
         np.testing.assert_array_equal(got[k], ref[k])
         np.testing.assert_array_equal(rtl[k], ref[k])
     assert art.last_run["cycles"] == model_cycles == art.report["cycles"]
+
+
+def test_shifted_stacking_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
+    """Thin tensors stacked two pixels a line with alternating alignments (edge lines hold pad pixels the
+    PPU writes as the zero point through a parameter entry with multiplier 0): RTL == model == reference."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc.ir import verify
+    from hwc.ref.interp import run_graph
+    from hwc.tile.build import build_tile
+
+    target = load_target("tile8x8")
+    b = QBuilder(seed=33)
+    x = b.input("x", (1, 8, 8, 8), zp=3)
+    y = b.conv(x, 4, k=1, relu=True)
+    z = b.conv(b.conv(y, 4, pads=[1, 1, 1, 1], relu=True), 4, pads=[1, 1, 1, 1])
+    g = b.output(b.conv(b.add(z, y, relu=True), 8, pads=[1, 1, 1, 1], stride=2))
+    verify(g)
+    art = build_tile(g, target, hdl=True)
+    assert art.report["schedule"][0]["shift"]
+    feeds = {"x": np.random.default_rng(5).integers(-128, 128, (1, 8, 8, 8)).astype(np.int8)}
+    want = run_graph(g, feeds)
+    model = art.run(feeds, engine="model")
+    model_cycles = art.last_run["cycles"]
+    rtl = art.run(feeds, engine="rtl")
+    for name in g.outputs:
+        np.testing.assert_array_equal(model[name], want[name])
+        np.testing.assert_array_equal(rtl[name], want[name])
+    assert art.last_run["cycles"] == model_cycles == art.report["cycles"]

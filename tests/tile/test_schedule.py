@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hwc.targets import load_target, tile_variant
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from qgraphs import QBuilder
 
@@ -22,10 +22,10 @@ for _name in ("tile8x8", "tile32x32"):
     TARGETS[f"{_name}-v1"] = tile_variant(TARGETS[_name], post_unit=False, depthwise=False)
 
 
-def check_exact(g, target, seed=0, im2col=True):
+def check_exact(g, target, seed=0, im2col=True, pin=None):
     """Build for the tile (no HDL), run the tile model, compare every output with the int8 reference."""
     verify(g)
-    art = build_tile(g, target, hdl=False, im2col=im2col)
+    art = build_tile(g, target, hdl=False, im2col=im2col, pin=pin)
     rng = np.random.default_rng(seed)
     feeds = {name: rng.integers(-128, 128, g.type(name).shape).astype(np.int8) for name in g.inputs}
     got = art.run(feeds, engine="model")
@@ -389,3 +389,47 @@ def test_a_residual_add_rides_on_the_longer_branch(target):
     names = [r["name"] for r in art.report["layers"]]
     node = {nd.outputs[0]: nd.name for nd in g.nodes}
     assert names.index(node[short]) < names.index(node[main])
+
+
+@pytest.mark.parametrize("target,c", [("tile32x32", 16), ("tile32x32", 8), ("tile8x8", 4), ("tile32x32-v1", 16)])
+def test_shifted_stacking_is_exact_and_reads_fewer_blocks(target, c):
+    """Two pixels per line (c channels on 2c lanes): a 3x3 convolution between tensors aligned alike reads
+    three kernel-column blocks per output line, between alignments one pixel apart two. The scheduler
+    shifts every other tensor (its producer writes the pad pixels of the edge lines as the zero point) and
+    keeps the shift when the model says it is faster; residual operands share one alignment."""
+    from hwc import isa
+
+    b = QBuilder(seed=c)
+    x = b.input("x", (1, 2 * c, 12, 12), zp=3)
+    y = b.conv(x, c, k=1, relu=True)
+    z = b.conv(b.conv(y, c, pads=[1, 1, 1, 1], relu=True), c, pads=[1, 1, 1, 1])
+    s = b.add(z, y, relu=True)
+    g = b.output(b.conv(s, 2 * c, pads=[1, 1, 1, 1], stride=2))
+    art = check_exact(g, TARGETS[target])
+    choice = art.report["schedule"][0]
+    assert choice["shift"], choice
+    plain = build_tile(g, TARGETS[target], hdl=False, pin=[dict(choice, shift=False)])
+    lines = [sum(i.get("n_outer") * i.get("n_inner") for i in isa.from_bytes(a.program) if i.op == isa.Op.GEMM)
+             for a in (art, plain)]
+    assert lines[0] < lines[1], lines
+    assert art.report["cycles"] < plain.report["cycles"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([2, 4, 8, 16]), st.integers(2, 6).map(lambda k: 2 * k), st.integers(3, 9),
+       st.sampled_from([1, 2, 3, 5]), st.sampled_from([1, 2]), st.sampled_from([1, 2]),
+       st.lists(st.integers(0, 2), min_size=4, max_size=4), st.booleans())
+def test_shifted_stacking_chains(c, w, h, k, stride, dil, pads, residual):
+    """Random thin chains on tile32x32, stacked, with and without shifted alignments: exact."""
+    span = (k - 1) * dil + 1
+    assume(span <= h + pads[0] + pads[2] and span <= w + pads[1] + pads[3])
+    b = QBuilder(seed=c * 100 + w)
+    x = b.input("x", (1, 2 * c, h, w), zp=-2)
+    y = b.conv(x, c, k=1, relu=True)
+    z = b.conv(y, c, k=k, pads=pads, dil=dil, relu=True)
+    if residual and b.g.type(z).shape == b.g.type(y).shape:
+        z = b.add(z, y, relu=True)
+    z = b.conv(z, c, k=3, stride=stride, pads=[1, 1, 1, 1])
+    g = b.output(b.conv(z, 3, k=1))
+    choice = check_exact(g, TARGETS["tile32x32"]).report["schedule"][0]
+    check_exact(g, TARGETS["tile32x32"], pin=[dict(choice, shift=not choice["shift"])])  # and the other way
