@@ -52,7 +52,8 @@ def summary(rep: dict) -> Table:
         t.add_row("weight loads hidden behind compute", f"{rep['weight_load_hidden']:.0%}")
     for k, ch in enumerate(rep.get("schedule") or []):  # the scheduler's choices, by the cycle model
         t.add_row(f"schedule{f' (segment {k})' if len(rep['schedule']) > 1 else ''}",
-                  f"pixel tiling {ch['tiling']}, loads {ch['loads']}, host im2col {'yes' if ch['im2col'] else 'no'}")
+                  f"pixel tiling {ch['tiling']}, loads {ch['loads']}, host im2col {'yes' if ch['im2col'] else 'no'}, "
+                  f"shifted stacking {'yes' if ch.get('shift') else 'no'}")
     mem = rep.get("memory", {})
     if "peak_bytes" in mem:
         t.add_row("activation memory: peak / lower bound / no sharing",
