@@ -88,7 +88,6 @@ def test_depthwise_schedules_through_the_rtl():
 
     from hwc import isa
     from hwc.ir import verify
-    from hwc.ref.interp import run_graph
     from hwc.tile.build import build_tile
 
     target = dict(load_target("tile8x8"), features={"post_unit": True, "depthwise": True})
@@ -105,14 +104,7 @@ def test_depthwise_schedules_through_the_rtl():
     assert any(i.get("act_si") == 7 and i.get("n_inner") == 16 + 2 for i in dw), "columns"
     assert any(i.get("n_outer") == 1 and i.get("act_so") == 0 and i.get("skip") == 0 for i in dw), "whole image"
     feeds = {"x": np.random.default_rng(5).integers(-128, 128, (1, 5, 16, 5)).astype(np.int8)}
-    want = run_graph(g, feeds)
-    model = art.run(feeds, engine="model")
-    model_cycles = art.last_run["cycles"]
-    rtl = art.run(feeds, engine="rtl")
-    for name in g.outputs:
-        np.testing.assert_array_equal(model[name], want[name])
-        np.testing.assert_array_equal(rtl[name], want[name])
-    assert art.last_run["cycles"] == model_cycles == art.report["cycles"]
+    _rtl_equals_model_equals_reference(art, g, feeds)
 
 
 @pytest.mark.slow
@@ -147,7 +139,6 @@ def test_shifted_stacking_on_the_v2_tile_rtl_equals_model_equals_int8_reference(
     from qgraphs import QBuilder
 
     from hwc.ir import verify
-    from hwc.ref.interp import run_graph
     from hwc.tile.build import build_tile
 
     target = load_target("tile8x8")
@@ -160,6 +151,13 @@ def test_shifted_stacking_on_the_v2_tile_rtl_equals_model_equals_int8_reference(
     art = build_tile(g, target, hdl=True)
     assert art.report["schedule"][0]["shift"]
     feeds = {"x": np.random.default_rng(5).integers(-128, 128, (1, 8, 8, 8)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)
+
+
+def _rtl_equals_model_equals_reference(art, g, feeds):
+    """The tile model's and the RTL's outputs equal the int8 reference's, with equal cycle counts."""
+    from hwc.ref.interp import run_graph
+
     want = run_graph(g, feeds)
     model = art.run(feeds, engine="model")
     model_cycles = art.last_run["cycles"]
