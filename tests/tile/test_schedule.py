@@ -433,3 +433,21 @@ def test_shifted_stacking_chains(c, w, h, k, stride, dil, pads, residual):
     g = b.output(b.conv(z, 3, k=1))
     choice = check_exact(g, TARGETS["tile32x32"]).report["schedule"][0]
     check_exact(g, TARGETS["tile32x32"], pin=[dict(choice, shift=not choice["shift"])])  # and the other way
+
+
+def test_the_first_blocks_halo_is_filled_while_the_array_drains():
+    """A pointwise layer of two output blocks feeding a padded depthwise layer: block 0's halo FILLs run
+    while the array drains before the pointwise layer's last PPU (which writes block 1), so the depthwise
+    layer's first GEMM (block 0) starts before that PPU ends instead of waiting behind it for the FILLs."""
+    from hwc import isa
+
+    target = TARGETS["tile32x32"]
+    n = target["array"]["rows"]
+    b = QBuilder(seed=12)
+    x = b.input("x", (1, 2 * n, 25, 5), zp=1)
+    y = b.conv(x, 2 * n, k=1, relu=True)
+    g = b.output(b.conv(y, 2 * n, k=3, pads=[1, 1, 1, 1], group=2 * n))
+    art, prog, res, layer = _timeline(g, target)
+    last_ppu = max(k for k, i in enumerate(prog) if layer[k] == 0 and i.op == isa.Op.PPU)
+    first = min(k for k, i in enumerate(prog) if layer[k] == 1 and i.op == isa.Op.GEMM)
+    assert res.start[first] < res.end[last_ppu], (res.start[first], res.end[last_ppu])
