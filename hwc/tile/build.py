@@ -52,8 +52,8 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
                     space_to_depth(p, n, shift=shift)
                 used = any(t.shift for t in p.tensors.values())
                 try:
-                    cycles, bp, prog, choice = _best_program(p, target, double_buffer, base, fixed)
-                    variants.append((cycles, bp, prog, dict(choice, shift=used)))
+                    variants += [(c, bp, prog, dict(choice, shift=used))
+                                 for c, bp, prog, choice in _programs(p, target, double_buffer, base, fixed)]
                 except UnsupportedError:
                     if not variants and not expand and not shift:
                         raise
@@ -63,8 +63,9 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
             p = copy.deepcopy(plan)
             if stack:
                 space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")))
-            cycles, bp, prog, choice = _best_program(p, target, double_buffer, base, fixed)
-            variants.append((cycles, bp, prog, dict(choice, shift=any(t.shift for t in p.tensors.values()))))
+            used = any(t.shift for t in p.tensors.values())
+            variants += [(c, bp, prog, dict(choice, shift=used))
+                         for c, bp, prog, choice in _programs(p, target, double_buffer, base, fixed)]
         _, plan, prog, choice = _pick(variants)
         out.append((plan, prog, dict(choice, im2col=bool(plan.im2col))))
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
@@ -83,10 +84,10 @@ def _cycles(target: dict, prog: TileProgram, base: int) -> int:
     return TileModel(target).run(program, mem, po // isa.INSN_BYTES).cycles
 
 
-def _best_program(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixed: dict | None = None):
-    """Generate the segment's program; with a post-processing unit, try the pixel-tiling policies, each with
-    both LOAD placements, and keep the one the cycle model finds fastest (the model runs a program in a
-    fraction of a second). `fixed`: the policies to use instead. Returns (cycles, plan, program, choice)."""
+def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixed: dict | None = None) -> list:
+    """Generate the segment's candidate programs: with a post-processing unit, each pixel-tiling policy with
+    both LOAD placements, timed by the cycle model (it runs a program in a fraction of a second; `schedule`
+    keeps one, `_pick`). `fixed`: the policies to use instead. Returns [(cycles, plan, program, choice)]."""
     policies = ("cost", "quarter", "max") if target.get("features", {}).get("post_unit") else ("cost",)
     found = []
     for policy in policies:
@@ -100,7 +101,7 @@ def _best_program(plan: TilePlan, target: dict, double_buffer: bool, base: int, 
                 continue
             prog = eager if loads == "eager" else cg.refinalize(loads)
             found.append((_cycles(target, prog, base), p, prog, {"tiling": policy, "loads": loads}))
-    return _pick(found)
+    return found
 
 
 #: Candidates within this share of the fastest count as equally fast: the one with the fewest instructions is
