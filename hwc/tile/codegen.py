@@ -450,7 +450,7 @@ class Codegen:
             acc = self._acc_base()
             for ti, (oy0, rows) in enumerate(tiles):
                 gi = 0   # GEMMs of this tile emitted so far
-                final = cob == cbo - 1 and ti == len(tiles) - 1   # its PPU drains the array: FILLs may go first
+                last = cob == cbo - 1 and ti == len(tiles) - 1   # its PPU drains the array: FILLs may go first
                 for ci, chunk in enumerate(chunks):
                     if len(chunks) > 1:  # the cob's weights exceed a bank: reload them per pixel tile
                         g = self.weighted([t[3] for t in chunk])
@@ -463,8 +463,8 @@ class Codegen:
                         self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc,
                                      reset=int(ci == 0 and k == 0), dw=dwf, skip=skip,
                                      wait=Wait.POST if later else Wait.NONE,
-                                     drip=not (tile_end and self.lag_ppu and not final),
-                                     drains=tile_end and final, **f)
+                                     drip=not (tile_end and self.lag_ppu and not last),
+                                     drains=tile_end and last, **f)
                         if later:
                             self._later_post = None
                             later(g)
@@ -494,7 +494,6 @@ class Codegen:
                         else:
                             add(g)
 
-                last = cob == cbo - 1 and ti == len(tiles) - 1
                 if self.lag_ppu and len(taps) >= 2 and not last:
                     # v2, PPU.lag: the PPU issues behind the next tile's first GEMM and waits only for the
                     # GEMMs before that one, so the array streams on instead of draining at every tile
@@ -512,10 +511,8 @@ class Codegen:
                 acc = self._next_acc()
         # v2: the post-processing of the last pixel tile runs on POST while the next layer's GEMMs start
         oy0, rows = tiles[-1]
-        fused = self.layer in self.fused_adds
-        busy = rows * wo + 20 + (3 * rows * wo + 15 if fused else 0)
-        written = self.fused_adds[self.layer].dst if fused else dst.name
-        self._tail = ((written, cbo - 1, oy0, oy0 + rows), busy)
+        written = self.fused_adds[self.layer].dst if self.layer in self.fused_adds else dst.name
+        self._tail = ((written, cbo - 1, oy0, oy0 + rows), self._tile_cost(layer, rows)[1])
 
     def _ppu_pieces(self, layer: ConvLayer, lanes: slice, entry: int, mode: str) -> list[tuple[int, int, int]]:
         """The column ranges of a pixel tile's PPUs and their param entries: one, or for a shifted stacked
@@ -569,7 +566,7 @@ class Codegen:
         GEMMs of this layer's first tile that do not read those rows stream meanwhile. A shorter first tile
         may read none of them: keep it when the cost model says the overlap pays for the extra tile."""
         tail, self._tail = self._tail, None
-        if tail is None or tail[0][0] != layer.src or len(tiles) < 1:
+        if tail is None or tail[0][0] != layer.src:
             return tiles
         region, busy = tail
         ho, r = self.tensor(layer.dst).h, tiles[0][1]
@@ -589,9 +586,9 @@ class Codegen:
             per = [self._tile_cost(layer, rows, dw_cost) for _, rows in ts]
             return cbo * sum(p[0] for p in per) + per[-1][1] + max(0, busy - overlap(ts[0][1])[0])
 
-        best = (cost(tiles), tiles)
         if overlap(r)[1]:
             return tiles
+        best = (cost(tiles), tiles)
         first = next((k for k in range(r - 1, 0, -1) if overlap(k)[1]), 0)
         if first:
             rest = ho - first
@@ -599,8 +596,9 @@ class Codegen:
             even = [rest // k + (j < rest % k) for j in range(k)]   # the other rows in tiles of equal size
             for sizes in ([min(r, rest - y) for y in range(0, rest, r)], even):
                 cand = [(0, first)] + [(first + sum(sizes[:j]), sz) for j, sz in enumerate(sizes)]
-                best = min(best, (cost(cand), cand))
+                best = min(best, (cost(cand), cand), key=lambda b: b[0])
         return best[1]
+
     def _gemm_fields(self, layer: ConvLayer, mode: str, oy0: int, rows: int, kk: int, off: int, cib: int,
                      skip: int, si: int) -> dict:
         """The stream of one GEMM of a pixel tile: `rows` output rows from oy0, for a tap (kk, off)."""

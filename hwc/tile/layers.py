@@ -20,6 +20,7 @@ reference interpreter: the partition is recorded and shown in the report.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -614,18 +615,19 @@ def _shifts(plan: TilePlan, f: dict[str, int], n_lanes: int) -> dict[str, int]:
     if not free or not convs or len(free) > 12:
         return shift
 
-    def cost(sh):   # streamed lines: nonzero weight blocks x output lines
-        total = 0
-        for layer in convs:
-            fi, fo = f[layer.src], f[layer.dst]
-            wn = _s2d_conv_weights(layer, plan.tensors[layer.src].c, fi, fo, sh[layer.src], sh[layer.dst])[0]
-            mo, ci, kh, kw = wn.shape
-            blocks = np.zeros((-(-mo // n_lanes) * n_lanes, -(-ci // n_lanes) * n_lanes, kh, kw), bool)
-            blocks[:mo, :ci] = wn != 0
-            nz = blocks.reshape(-1, n_lanes, blocks.shape[1] // n_lanes, n_lanes, kh, kw).any(axis=(1, 3)).sum()
-            total += int(nz) * plan.tensors[layer.dst].h * _stacked_width(plan.tensors[layer.dst].w, fo,
-                                                                           sh[layer.dst])
-        return total
+    @functools.cache
+    def lines(k: int, si: int, so: int) -> int:   # convs[k]'s streamed lines: nonzero weight blocks x output lines
+        layer = convs[k]
+        fi, fo = f[layer.src], f[layer.dst]
+        wn = _s2d_conv_weights(layer, plan.tensors[layer.src].c, fi, fo, si, so)[0]
+        mo, ci, kh, kw = wn.shape
+        blocks = np.zeros((-(-mo // n_lanes) * n_lanes, -(-ci // n_lanes) * n_lanes, kh, kw), bool)
+        blocks[:mo, :ci] = wn != 0
+        nz = blocks.reshape(-1, n_lanes, blocks.shape[1] // n_lanes, n_lanes, kh, kw).any(axis=(1, 3)).sum()
+        return int(nz) * plan.tensors[layer.dst].h * _stacked_width(plan.tensors[layer.dst].w, fo, so)
+
+    def cost(sh):
+        return sum(lines(k, sh[layer.src], sh[layer.dst]) for k, layer in enumerate(convs))
 
     best = (cost(shift), 0)
     for bits in range(1, 1 << len(free)):
