@@ -103,7 +103,7 @@ class ComputeUnit(wiring.Component):
                 "act_addr": Out(p.act_bits), "act_rdata": In(p.line_bits),
                 "acc_raddr": Out(p.acc_bits), "acc_rdata": In(p.acc_line_bits),
                 "acc_waddr": Out(p.acc_bits), "acc_wdata": Out(p.acc_line_bits), "acc_we": Out(1),
-                "wgt_addr": Out(p.wgt_bits), "wgt_data": In(p.line_bits),
+                "wgt_addr": Out(p.wgt_bits - p.log2r), "wgt_data": In(p.wgt_read_rows * p.line_bits),
             })
             return
         super().__init__({
@@ -117,7 +117,7 @@ class ComputeUnit(wiring.Component):
             # ACC: one read port, one write port
             "acc_raddr": Out(p.acc_bits), "acc_rdata": In(p.acc_line_bits),
             "acc_waddr": Out(p.acc_bits), "acc_wdata": Out(p.acc_line_bits), "acc_we": Out(1),
-            "wgt_addr": Out(p.wgt_bits), "wgt_data": In(p.line_bits),
+            "wgt_addr": Out(p.wgt_bits - p.log2r), "wgt_data": In(p.wgt_read_rows * p.line_bits),
             "param_addr": Out(p.param_bits), "param_data": In(p.beat_bits),
         })
 

@@ -5,11 +5,12 @@ address, block RAM, registered data), and a write request is performed WL = MEM_
 = 1 cycle later.
 
 Stage 1 (preload) owns the shadow weights: issued GEMM k reads its block's N WGT rows,
-one per cycle (issue+1 .. issue+N), into the array's shadow registers (each row lands ML
-cycles after its read). Stage 2 (stream) owns the ACT compute port: it reads one line per
+R = wgt_read_rows per cycle (one WGT word of R consecutive rows; cycles issue+1 .. issue+PRELOAD,
+PRELOAD = N / R), into the array's shadow registers (each word lands ML cycles after its read).
+Stage 2 (stream) owns the ACT compute port: it reads one line per
 cycle for `n_outer * n_inner` cycles. GEMM k moves from stage 1 to stage 2 at the end of a
 cycle in which its last WGT read is issued (or done) and stage 2 is free or issuing its
-last read; so `stream_start(k) = max(issue(k) + N + 1, stream_end(k-1))` (GEMM_SETUP = 1:
+last read; so `stream_start(k) = max(issue(k) + PRELOAD + 1, stream_end(k-1))` (GEMM_SETUP = 1:
 the swap happens ML cycles after the first line's read, when the last row has landed), and
 the engine accepts the next GEMM from `stream_start(k)` on (stage 1 is empty again).
 
@@ -64,8 +65,8 @@ class GemmEngine(wiring.Component):
             "word": In(isa.INSN_BITS),
             "accept": Out(1),     # stage 1 is free: a GEMM may issue this cycle
             "busy": Out(1),
-            "wgt_addr": Out(p.wgt_bits),
-            "wgt_data": In(p.line_bits),
+            "wgt_addr": Out(p.wgt_bits - p.log2r),         # a word of wgt_read_rows rows
+            "wgt_data": In(p.wgt_read_rows * p.line_bits),
             "act_addr": Out(p.act_bits),  # zero when not streaming (OR-muxed with the other engines)
             "act_data": In(p.line_bits),
             "acc_raddr": Out(p.acc_bits),
@@ -84,7 +85,8 @@ class GemmEngine(wiring.Component):
 
         # ---- stage 1: weight preload ----
         pre_active = Signal()
-        pre_cnt = Signal(range(n + 1))
+        words = p.preload_cycles  # WGT words (of wgt_read_rows rows) per block
+        pre_cnt = Signal(range(words + 1))
         names = ("act", "acc", "n_outer", "n_inner", "act_so", "act_si", "acc_so", "acc_si", "reset")
         if p.depthwise:
             names += ("dw", "skip")
@@ -97,14 +99,15 @@ class GemmEngine(wiring.Component):
             m.d.sync += [pre[k].eq(field(w, OP, k)) for k in names]
         with m.If(self.start):
             m.d.sync += pre_active.eq(1)
-        reading = pre_active & (pre_cnt < n)
+        reading = pre_active & (pre_cnt < words)
         with m.If(reading):
             m.d.sync += pre_cnt.eq(pre_cnt + 1)
-        m.d.comb += self.wgt_addr.eq((wblk << p.log2n) | pre_cnt[:p.log2n])
-        # the row read in cycle c arrives ML cycles later and is written into the shadow registers then
+        wb = p.log2n - p.log2r
+        m.d.comb += self.wgt_addr.eq((wblk << wb) | pre_cnt[:wb])
+        # the word read in cycle c arrives ML cycles later and is written into the shadow registers then
         row_we = [Signal(name=f"row_we{k}") for k in range(ML)]
-        row_idx = [Signal(range(n), name=f"row_idx{k}", reset_less=True) for k in range(ML)]
-        m.d.sync += [row_we[0].eq(reading), row_idx[0].eq(pre_cnt[:p.log2n])]
+        row_idx = [Signal(range(words), name=f"row_idx{k}", reset_less=True) for k in range(ML)]
+        m.d.sync += [row_we[0].eq(reading), row_idx[0].eq(pre_cnt[:wb])]
         m.d.sync += [row_we[k + 1].eq(row_we[k]) for k in range(ML - 1)]
         m.d.sync += [row_idx[k + 1].eq(row_idx[k]) for k in range(ML - 1)]
         m.d.comb += [mac.row_we.eq(row_we[-1]), mac.row_idx.eq(row_idx[-1]), mac.row_data.eq(self.wgt_data)]
@@ -113,7 +116,7 @@ class GemmEngine(wiring.Component):
         st_active = Signal()
         st_first = Signal()
         st_reset = Signal()
-        ready = pre_active & (pre_cnt >= n - 1)
+        ready = pre_active & (pre_cnt >= words - 1)
         transfer = Signal()
         if p.depthwise:
             # depthwise mode: the first `skip` lines of every inner loop write nothing (a down-counter,

@@ -2,7 +2,7 @@
 
 Dataflow (docs/tile.md section 1): the array holds an *active* weight block W[N][N]
 (row r = output channel r, column c = input channel c) and a *shadow* block that is
-written one row per cycle (`row_we`, `row_idx`, `row_data`) while the active block is in
+written one word of wgt_read_rows rows per cycle (`row_we`, `row_idx`, `row_data`) while the active block is in
 use. `swap` copies shadow -> active at the end of the cycle, so the line presented in the
 next cycle already uses the new block (the multipliers register x and the weights together).
 
@@ -43,8 +43,8 @@ class MacArray(wiring.Component):
         self.latency = isa.MAC_PIPE_STAGES + p.tree_levels
         super().__init__({
             "row_we": In(1),
-            "row_idx": In(range(p.n)),
-            "row_data": In(p.line_bits),
+            "row_idx": In(range(p.preload_cycles)),              # a word of wgt_read_rows rows
+            "row_data": In(p.wgt_read_rows * p.line_bits),
             "swap": In(1),
             "x": In(p.line_bits),
             "dot": Out(p.n * dot_bits(p)),
@@ -58,8 +58,15 @@ class MacArray(wiring.Component):
         n = self.p.n
         shadow = [Signal(self.p.line_bits, name=f"shadow{r}", reset_less=True) for r in range(n)]
         active = [Signal(self.p.line_bits, name=f"active{r}", reset_less=True) for r in range(n)]
-        with m.If(self.row_we):
-            m.d.sync += Array(shadow)[self.row_idx].eq(self.row_data)
+        rr = self.p.wgt_read_rows
+        if rr == 1:
+            with m.If(self.row_we):
+                m.d.sync += Array(shadow)[self.row_idx].eq(self.row_data)
+        else:  # word w holds rows w*R .. w*R + R-1: row r takes its slot of the word
+            lb = self.p.line_bits
+            for r in range(n):
+                with m.If(self.row_we & (self.row_idx == r // rr)):
+                    m.d.sync += shadow[r].eq(self.row_data[lb * (r % rr):lb * (r % rr + 1)])
         with m.If(self.swap):
             m.d.sync += [a.eq(s) for a, s in zip(active, shadow)]
 

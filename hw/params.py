@@ -45,6 +45,7 @@ class TileParams:
     param_entries: int
     post_unit: bool = False   # tile v2 (docs/tile-v2.md): PPU/VEC/FILL in their own POST unit
     depthwise: bool = False   # tile v2: GEMM.dw / GEMM.skip
+    wgt_read_rows: int = 1    # weight rows the GEMM's preload reads per cycle (scratchpad.wgt_read_rows)
 
     @classmethod
     def from_target(cls, target: dict) -> TileParams:
@@ -58,7 +59,8 @@ class TileParams:
                    act_lines=sp["act_lines"], acc_lines=sp["acc_lines"], wgt_bank_blocks=sp["wgt_bank_blocks"],
                    param_entries=sp["param_entries"],
                    post_unit=bool(target.get("features", {}).get("post_unit")),
-                   depthwise=bool(target.get("features", {}).get("depthwise")))
+                   depthwise=bool(target.get("features", {}).get("depthwise")),
+                   wgt_read_rows=sp.get("wgt_read_rows", 1))
 
     # ---- derived sizes ----
     @property
@@ -95,6 +97,16 @@ class TileParams:
         return 2 * self.wgt_bank_blocks
 
     @property
+    def log2r(self) -> int:
+        """log2 of wgt_read_rows: the preload reads words of that many consecutive rows of a block."""
+        return self.wgt_read_rows.bit_length() - 1
+
+    @property
+    def preload_cycles(self) -> int:
+        """WGT reads that preload one weight block (isa.Timing.PRELOAD)."""
+        return self.n // self.wgt_read_rows
+
+    @property
     def param_entry_beats(self) -> int:
         return isa.param_entry_beats(self.n, self.beat_bytes)
 
@@ -121,7 +133,7 @@ class TileParams:
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("n", "beat_bytes", "read_latency", "fifo_depth", "act_lines",
                                               "acc_lines", "wgt_bank_blocks", "param_entries",
-                                              "param_entry_beats")}
+                                              "param_entry_beats", "wgt_read_rows")}
 
 
 def field(word: Value, op: isa.Op, name: str) -> Value:

@@ -23,7 +23,8 @@ is unspecified, see below):
   ACT   line_bits x act_lines, two read/write ports: A = compute unit, B = DMA
   ACC   acc_line_bits x acc_lines, one read (GEMM RMW / PPU), one write (GEMM)
   WGT   two banks of line_bits x wgt_bank_blocks*N rows (ping-pong: LOAD writes one bank
-        while GEMM preloads from the other; the bank is the top row-address bit)
+        while GEMM preloads from the other; the bank is the top row-address bit); with
+        scratchpad.wgt_read_rows R > 1 each bank is R memories (row a in a % R), read R rows at once
   PARAM beat_bits x param_entries*PARAM_ENTRY_BEATS
 
 Tile v2 (docs/tile-v2.md), generated per target: `features.post_unit` moves PPU/VEC/FILL into a
@@ -109,9 +110,19 @@ class Tile(wiring.Component):
         m.submodules.param = param = memory(p.beat_bits, p.param_beats)
         banks = []
         for b in range(2):
-            mem = memory(p.line_bits, p.wgt_bank_rows)
-            m.submodules[f"wgt{b}"] = mem
-            banks.append(mem)
+            if p.wgt_read_rows == 1:
+                mem = memory(p.line_bits, p.wgt_bank_rows)
+                m.submodules[f"wgt{b}"] = mem
+                banks.append([mem])
+                continue
+            # wgt_read_rows R > 1: R memories per bank, row a in memory a % R at a // R, so that the preload
+            # reads R consecutive rows (one word) per cycle while a LOAD writes one row per beat
+            subs = []
+            for k in range(p.wgt_read_rows):
+                mem = memory(p.line_bits, p.wgt_bank_rows // p.wgt_read_rows)
+                m.submodules[f"wgt{b}_{k}"] = mem
+                subs.append(mem)
+            banks.append(subs)
 
         # Every memory input (address, write data, write enable) is registered in front of the block
         # RAM, and every read port's data behind it (MEM_LATENCY = 3): the engines compute addresses with
@@ -163,17 +174,25 @@ class Tile(wiring.Component):
                          d_w.en.eq(reg(cmp.acc_we, "accp_we", False))]
 
         bank_bits = p.wgt_bits - 1
+        lr = p.log2r   # the GEMM reads word addresses: bank bit, then (row address within the bank) >> lr
         wgt_raddr = reg(cmp.wgt_addr, "wgt_raddr")
         wgt_waddr = reg(load.waddr[:p.wgt_bits], "wgt_waddr")
         wgt_wdata = reg(load.wdata, "wgt_wdata")
         wgt_we = reg(load.wgt_we, "wgt_we", False)
-        rbank = reg(reg(wgt_raddr[bank_bits], "wgt_rbank0"), "wgt_rbank")
+        rbank = reg(reg(wgt_raddr[bank_bits - lr], "wgt_rbank0"), "wgt_rbank")
         rdata = []
-        for b, mem in enumerate(banks):
-            r, wp = mem.read_port(), mem.write_port()
-            m.d.comb += [r.addr.eq(wgt_raddr[:bank_bits]), wp.addr.eq(wgt_waddr[:bank_bits]),
-                         wp.data.eq(wgt_wdata), wp.en.eq(wgt_we & (wgt_waddr[bank_bits] == b))]
-            rdata.append(reg(r.data, f"wgt{b}_rdata"))  # per bank: each register beside its block RAMs
+        for b, subs in enumerate(banks):
+            words = []
+            for k, mem in enumerate(subs):
+                r, wp = mem.read_port(), mem.write_port()
+                sel = wgt_we & (wgt_waddr[bank_bits] == b)
+                if lr:
+                    sel = sel & (wgt_waddr[:lr] == k)
+                m.d.comb += [r.addr.eq(wgt_raddr[:bank_bits - lr]), wp.addr.eq(wgt_waddr[lr:bank_bits]),
+                             wp.data.eq(wgt_wdata), wp.en.eq(sel)]
+                # per memory: each register beside its block RAMs
+                words.append(reg(r.data, f"wgt{b}_rdata" if not lr else f"wgt{b}_{k}_rdata"))
+            rdata.append(words[0] if len(words) == 1 else Cat(*words))
         m.d.comb += cmp.wgt_data.eq(Mux(rbank, rdata[1], rdata[0]))
 
         pr, pw = param.read_port(), param.write_port()

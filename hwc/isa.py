@@ -325,7 +325,7 @@ class Timing:
                GEMM's stream_start <= issue - IDLE_LAG)
       LOAD     busy LOAD_OVERHEAD + Lm + total
       STORE    busy STORE_OVERHEAD + total
-      GEMM     stream_start = max(issue + N + GEMM_SETUP, previous stream_end); stream_end = stream_start + P;
+      GEMM     stream_start = max(issue + PRELOAD + GEMM_SETUP, previous stream_end); stream_end = stream_start + P;
                idle at stream_end + GEMM_LATENCY
       PPU      busy PPU_OVERHEAD + P
       VEC      busy VEC_OVERHEAD + VEC_CYCLES_PER_LINE * P
@@ -339,6 +339,7 @@ class Timing:
     FETCH_LATENCY: int       # Lm + PREDECODE_STAGES + 2 (FIFO write, head register)
     LOAD_OVERHEAD: int       # 2 + WL: requests from issue + 1; each beat registered, then written
     STORE_OVERHEAD: int      # 2 + ML: ACT read, FIFO, posted beat
+    PRELOAD: int             # N / scratchpad.wgt_read_rows: cycles of WGT reads that preload one weight block
     GEMM_SETUP: int          # 1: the swap waits ML cycles after the first line's read, as the rows do
     GEMM_LATENCY: int        # ML + 1 + MAC_PIPE_STAGES + log2 N + WL: ACT read, x reg, MAC, tree, add, write
     PPU_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 2: PARAM reads, prepare, ACC reads, pipe, write
@@ -355,6 +356,7 @@ class Timing:
         ml, wl = MEM_LATENCY, MEM_WRITE_LATENCY
         return cls(N=n, LM=lm, FIFO_DEPTH=target["decoder"]["fifo_depth"], PARAM_ENTRY_BEATS=peb,
                    FETCH_LATENCY=lm + PREDECODE_STAGES + 2, LOAD_OVERHEAD=2 + wl, STORE_OVERHEAD=2 + ml,
+                   PRELOAD=n // target["scratchpad"].get("wgt_read_rows", 1),
                    GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
                    PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
                    VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,

@@ -285,7 +285,7 @@ class TileModel:
             elif op == Op.GEMM:
                 ti = max(ti, gemm_accept + lag)
                 p = f["n_outer"] * f["n_inner"]
-                start = max(ti + n + t.GEMM_SETUP, stream_end)
+                start = max(ti + t.PRELOAD + t.GEMM_SETUP, stream_end)
                 stream_end = start + p
                 gemm_accept = start
                 end = stream_end + t.GEMM_LATENCY

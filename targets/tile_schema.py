@@ -18,7 +18,7 @@ SCHEMA: dict[str, Any] = {
     "array": {"rows": (int, True), "cols": (int, True)},
     "dtypes": {"operand_bits": (int, True), "acc_bits": (int, True)},
     "scratchpad": {"act_lines": (int, True), "acc_lines": (int, True), "wgt_bank_blocks": (int, True),
-                   "param_entries": (int, True)},
+                   "param_entries": (int, True), "wgt_read_rows": (int, False)},
     "bus": {"bytes": (int, True), "read_latency": (int, True)},
     "decoder": {"fifo_depth": (int, True)},
     "clock_mhz": ((int, float), True),
@@ -84,6 +84,11 @@ def validate_tile(doc: dict, where: str) -> dict:
     sp = doc["scratchpad"]
     for key in ("act_lines", "acc_lines", "wgt_bank_blocks", "param_entries"):
         _pow2(where, f"scratchpad.{key}", sp[key])
+    wr = sp.get("wgt_read_rows", 1)
+    _pow2(where, "scratchpad.wgt_read_rows", wr)
+    if wr > rows:
+        raise TargetError(f"Target {where}: scratchpad.wgt_read_rows {wr} exceeds the block's {rows} rows (it is "
+                          f"how many weight rows the GEMM's preload reads per cycle).")
     if sp["act_lines"] < 4 * rows:
         raise TargetError(f"Target {where}: scratchpad.act_lines {sp['act_lines']} is too small for one "
                           f"block: it needs at least {4 * rows} lines (input, output and padding of one "
@@ -114,9 +119,10 @@ def validate_tile(doc: dict, where: str) -> dict:
         energy_table({**doc, "name": where})  # raises TargetError on a bad entry
     out = dict(doc)
     out["features"] = {"post_unit": False, "depthwise": False, **doc.get("features", {})}
+    out["scratchpad"] = {"wgt_read_rows": 1, **sp}
     out["derived"] = {
         "config_name": f"{rows}x{cols}_i8w8a32_act{sp['act_lines']}_acc{sp['acc_lines']}"
-                       f"_wgt{sp['wgt_bank_blocks']}x2_bus{bus['bytes'] * 8}"
+                       f"_wgt{sp['wgt_bank_blocks']}x2" + (f"r{wr}" if wr > 1 else "") + f"_bus{bus['bytes'] * 8}"
                        + "".join(f"_{tag}" for key, tag in (("post_unit", "post"), ("depthwise", "dw"))
                                  if out["features"][key]),
         "macs_per_cycle": rows * cols,

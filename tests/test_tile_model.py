@@ -66,6 +66,8 @@ def test_timing_closed_forms_by_hand():
     T = isa.Timing.from_target(t)
     n, lm, fl = 8, t["bus"]["read_latency"], T.FETCH_LATENCY
     assert fl == lm + isa.PREDECODE_STAGES + 2
+    pre = 4   # the preload: tile8x8 reads 2 of the block's 8 weight rows a cycle
+    assert t["scratchpad"]["wgt_read_rows"] == 2 and T.PRELOAD == pre
     g = dict(act=0, acc=0, n_outer=2, n_inner=5, act_so=5, act_si=1, acc_so=5, acc_si=1, reset=1)
     insns = [isa.make(Op.LOAD, mem=Mem.ACT, dram=40, sram=0, rows=2, row_beats=5, dram_stride=5, sram_stride=5),
              isa.make(Op.GEMM, Wait.LOAD, wblk=0, **g),
@@ -77,9 +79,9 @@ def test_timing_closed_forms_by_hand():
     lag = T.IDLE_LAG                               # the issue stage sees a unit's end this much later
     load_end = fl + T.LOAD_OVERHEAD + lm + 10
     g0 = load_end + lag                            # waits for the LOAD
-    s0 = g0 + n + T.GEMM_SETUP
+    s0 = g0 + pre + T.GEMM_SETUP
     g1 = s0 + lag                                  # accepted once GEMM 0 streams
-    s1 = max(g1 + n + T.GEMM_SETUP, s0 + 10)
+    s1 = max(g1 + pre + T.GEMM_SETUP, s0 + 10)
     cmp_idle = s1 + 10 + T.GEMM_LATENCY
     ppu, ppu_end = cmp_idle + lag, cmp_idle + lag + T.PPU_OVERHEAD + 10
     st, st_end = ppu_end + lag, ppu_end + lag + T.STORE_OVERHEAD + 10

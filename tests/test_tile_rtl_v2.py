@@ -444,3 +444,27 @@ def test_v2_tile32x32_equals_model(rtl32):
             assert [res["after"][a:a + len(b)] for a, b in wl.expect] == [b for _, b in wl.expect], name
         else:
             _check_against_model(res, model, model_dram)
+
+
+@pytest.fixture(scope="module", params=[2, 8])
+def rtl_wide_preload(request, tmp_path_factory):
+    """scratchpad.wgt_read_rows: the preload reads R weight rows a cycle (R memories per WGT bank), a block in
+    N / R cycles; R = N loads a whole block in one cycle."""
+    base = v2("tile8x8")
+    t = dict(base, scratchpad={**base["scratchpad"], "wgt_read_rows": request.param})
+    out = tmp_path_factory.mktemp(f"hw_tile8x8_r{request.param}")
+    generate(t, out)
+    wls = {w.name: w for w in fixed_workloads(t) + random_workloads(t, 4, seed=700 + request.param)}
+    models, results = _model_and_rtl(t, out, wls)
+    return t, wls, models, results
+
+
+def test_wide_preload_tiles_equal_model(rtl_wide_preload):
+    """Bit-exact against numpy (the fixed workloads) and the model's memory image, with the model's cycles,
+    issue cycles and busy cycles: GEMMs back to back now start PRELOAD + 1 = N / R + 1 cycles after issue."""
+    t, wls, models, results = rtl_wide_preload
+    assert isa.Timing.from_target(t).PRELOAD == t["array"]["rows"] // t["scratchpad"]["wgt_read_rows"]
+    for name, wl in wls.items():
+        res, (model, model_dram) = results[name], models[name]
+        assert [res["after"][a:a + len(b)] for a, b in wl.expect] == [b for _, b in wl.expect], name
+        _check_against_model(res, model, model_dram)

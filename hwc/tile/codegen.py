@@ -220,8 +220,8 @@ class Codegen:
 
     def _gemm_cycles(self, lines: int) -> int:
         """Cycles a GEMM of `lines` occupies the array in a back-to-back run: its stream, at least its
-        successor's weight preload (N + GEMM_SETUP) plus the issue cycle."""
-        return max(lines, self.timing.N + self.timing.GEMM_SETUP + 1)
+        successor's weight preload (PRELOAD + GEMM_SETUP) plus the issue cycle."""
+        return max(lines, self.timing.PRELOAD + self.timing.GEMM_SETUP + 1)
 
     def _needed_chunks(self, needs, region) -> tuple:
         """A GEMM reading rows [y0, y1) of channel block cb (None: all) of a model input needs only the
@@ -245,18 +245,18 @@ class Codegen:
             start = max(start, self._clock[0] - self._last_lines + t.GEMM_LATENCY)
         if wait & Wait.COMPUTE:  # waits for the GEMMs to drain
             start = max(self._clock[0] + t.GEMM_LATENCY, self._clock[1])
-            self._clock[0] = start + t.N + t.GEMM_SETUP
+            self._clock[0] = start + t.PRELOAD + t.GEMM_SETUP
         busy = {Op.PPU: t.PPU_OVERHEAD + lines, Op.VEC: t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines}
         self._clock[1] = start + busy.get(opcode, t.FILL_OVERHEAD + lines) + 1
 
     def _drip_fills(self, g: Group, lines: int, drains: bool = False) -> None:
         """After a GEMM streaming `lines`: as many pending halo FILLs as POST can take (idle by the GEMM's
-        start, estimated) while the next GEMM's issue may still wait (about lines - N cycles; `drains`: until
+        start, estimated) while the next GEMM's issue may still wait (about lines - PRELOAD cycles; `drains`: until
         the GEMM completes)."""
         t = self.timing
         gemm_start = self._clock[0] - self._gemm_cycles(lines)
-        # the next GEMM must issue by about gemm_start + lines - N; FILLs issue once POST is free
-        room = gemm_start + lines + (t.GEMM_LATENCY if drains else -t.N - 4) - max(self._clock[1], gemm_start)
+        # the next GEMM must issue by about gemm_start + lines - PRELOAD; FILLs issue once POST is free
+        room = gemm_start + lines + (t.GEMM_LATENCY if drains else -t.PRELOAD - 4) - max(self._clock[1], gemm_start)
         while self._drip and room > 0:
             _, region, addr, count, value = self._drip.pop(0)
             room -= t.FILL_OVERHEAD + count + 2
@@ -666,10 +666,12 @@ class Codegen:
             lines = {"rows": r * (wo + skip), "cols": wo * (r + skip), "diag": p}.get(mode) or \
                 self._image_lines(layer, r)
             gemm_tile = ntaps * self._gemm_cycles(lines)
-        post_tile = p + 20 + (3 * p + 15 if self.layer in self.fused_adds else 0)
+        t = self.timing
+        post_tile = t.PPU_OVERHEAD + p + (t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * p if self.layer in self.fused_adds
+                                           else 0)
         # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
         gemms = dw[0] if dw is not None else taps
-        drain = 0 if self.lag_ppu and gemms >= 2 else self.timing.GEMM_LATENCY + n + self.timing.GEMM_SETUP
+        drain = 0 if self.lag_ppu and gemms >= 2 else self.timing.GEMM_LATENCY + self.timing.PRELOAD + self.timing.GEMM_SETUP
         return max(gemm_tile, post_tile) + drain, post_tile
 
     def _dw_plan(self, layer: ConvLayer, wpad: np.ndarray, ho: int, wo: int, most: int) -> tuple:
