@@ -64,7 +64,7 @@ def _prog(t, insns, data=4096):
 def test_timing_closed_forms_by_hand():
     t = v1_target("tile8x8")
     T = isa.Timing.from_target(t)
-    n, lm, fl = 8, t["bus"]["read_latency"], T.FETCH_LATENCY
+    lm, fl = t["bus"]["read_latency"], T.FETCH_LATENCY
     assert fl == lm + isa.PREDECODE_STAGES + 2
     pre = 4   # the preload: tile8x8 reads 2 of the block's 8 weight rows a cycle
     assert t["scratchpad"]["wgt_read_rows"] == 2 and T.PRELOAD == pre

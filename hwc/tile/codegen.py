@@ -671,7 +671,7 @@ class Codegen:
                                            else 0)
         # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
         gemms = dw[0] if dw is not None else taps
-        drain = 0 if self.lag_ppu and gemms >= 2 else self.timing.GEMM_LATENCY + self.timing.PRELOAD + self.timing.GEMM_SETUP
+        drain = 0 if self.lag_ppu and gemms >= 2 else t.GEMM_LATENCY + t.PRELOAD + t.GEMM_SETUP
         return max(gemm_tile, post_tile) + drain, post_tile
 
     def _dw_plan(self, layer: ConvLayer, wpad: np.ndarray, ho: int, wo: int, most: int) -> tuple:
