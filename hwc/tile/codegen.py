@@ -93,6 +93,17 @@ class TileProgram:
     insn_layer: list[int]           # layer index of every instruction (-1: none)
 
 
+def _input_chunks(t: TileTensor, step: int) -> list[tuple[int, int, int, int]]:
+    """A model input's LOAD chunks (b0, b1, r0, r1): rows [r0, r1) of channel blocks [b0, b1), `step` rows each,
+    so that the first layer starts on the first rows while the next ones load. A tensor whose channel block is
+    fewer than MIN_CHUNK_LINES lines and unpadded in ACT (an FC layer's input: a line per sample) loads several
+    whole blocks per chunk instead: a LOAD costs about LOAD_OVERHEAD + LM cycles besides its beats."""
+    if t.h * t.w < MIN_CHUNK_LINES and t.hp == t.h and t.wp == t.w:
+        per = -(-MIN_CHUNK_LINES // (t.h * t.w))
+        return [(b, min(t.cb, b + per), 0, t.h) for b in range(0, t.cb, per)]
+    return [(cb, cb + 1, r, min(t.h, r + step)) for r in range(0, t.h, step) for cb in range(t.cb)]
+
+
 class Codegen:
     def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0,
                  tiling: str = "cost", lag_ppu: bool = True):
@@ -125,7 +136,8 @@ class Codegen:
         self.params: list[bytes] = []
         self.param_index: dict[bytes, int] = {}
         self.layer = -1
-        self.in_chunks: dict[str, list[tuple[int, int]]] = {}   # model input -> row ranges of its LOAD chunks
+        # model input -> its LOAD chunks: (first channel block, end channel block, first row, end row)
+        self.in_chunks: dict[str, list[tuple[int, int, int, int]]] = {}
         self.temps: list[tuple[TileTensor, int]] = []   # (tensor, layer step) scratch for max pooling
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -165,8 +177,8 @@ class Codegen:
             prev = [x for x in self.groups[:-1] if x.blocks is not None]
             budget = prev[-1].est if prev else 0
             if len(prev) == 1:  # the bus also brings the model inputs' later chunks during the first group
-                budget -= sum((r1 - r0) * self.tensor(name).w for name, chunks in self.in_chunks.items()
-                              for _, r0, r1 in chunks[1:]) * self.n // self.beat
+                budget -= sum((b1 - b0) * (r1 - r0) * self.tensor(name).w for name, chunks in self.in_chunks.items()
+                              for b0, b1, r0, r1 in chunks[1:]) * self.n // self.beat
                 if self.in_chunks and g.layer != self.layer:
                     budget = 0   # and the first group's compute waits for them: the second holds one layer
             if not g.blocks or (grown <= self.bank_blocks and grown * self.n <= budget):
@@ -228,8 +240,8 @@ class Codegen:
         input's LOAD chunks holding them."""
         name, cb, y0, y1 = region
         keep = [d for d in needs if not (isinstance(d, tuple) and d[0] == name)]
-        return tuple(keep) + tuple((name, c) for c, (b, r0, r1) in enumerate(self.in_chunks[name])
-                                   if r0 < y1 and y0 < r1 and cb in (None, b))
+        return tuple(keep) + tuple((name, c) for c, (b0, b1, r0, r1) in enumerate(self.in_chunks[name])
+                                   if r0 < y1 and y0 < r1 and (cb is None or b0 <= cb < b1))
 
     def _estimate(self, opcode: Op, fields: dict, wait: Wait = Wait.NONE) -> None:
         """v2: a rough clock of the GEMM stream and of POST, to place dripped FILLs where POST is idle."""
@@ -878,7 +890,7 @@ class Codegen:
         for name in plan.inputs:
             t = self.tensor(name)
             step = max(1, -(-t.h // INPUT_CHUNKS), -(-MIN_CHUNK_LINES // t.w))
-            self.in_chunks[name] = [(cb, r, min(t.h, r + step)) for r in range(0, t.h, step) for cb in range(t.cb)]
+            self.in_chunks[name] = _input_chunks(t, step)
             loads[name] = tuple((name, c) for c in range(len(self.in_chunks[name])))
         for name in plan.inputs:
             if self.post_unit:  # dripped: a first-layer GEMM waits for the FILLs of the rows it reads only
@@ -1004,8 +1016,12 @@ class Codegen:
             loaded.add(d)
             name, c = d
             t = self.tensor(name)
-            cb, r0, r1 = self.in_chunks[name][c]
-            load(d, mem=int(Mem.ACT), dram=(inputs[name] // beat) + (cb * t.h + r0) * t.w, sram=t.line(cb, r0, 0),
+            b0, b1, r0, r1 = self.in_chunks[name][c]
+            if b1 - b0 > 1:  # whole unpadded channel blocks, contiguous in DRAM and ACT: one row of beats
+                load(d, mem=int(Mem.ACT), dram=(inputs[name] // beat) + b0 * t.h * t.w, sram=t.line(b0, 0, 0),
+                     rows=1, row_beats=(b1 - b0) * t.h * t.w, dram_stride=0, sram_stride=0)
+                return
+            load(d, mem=int(Mem.ACT), dram=(inputs[name] // beat) + (b0 * t.h + r0) * t.w, sram=t.line(b0, r0, 0),
                  rows=r1 - r0, row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
 
         def load_params(part):
