@@ -6,6 +6,7 @@ BENCHMARKS.md).
     python benchmarks/tile.py            # all models, both tiles
     python benchmarks/tile.py --quick    # resnet8 on tile8x8 only
     python benchmarks/tile.py --v1       # the v1 tile (docs/tile.md) instead of the bundled v2
+    python benchmarks/tile.py --wgt-read-rows 1   # the bundled targets with a one-row weight preload
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ CASES = [
 ]
 
 
-def measure(model, target_name: str, v1: bool = False) -> dict:
+def measure(model, target_name: str, v1: bool = False, wgt_read_rows: int | None = None) -> dict:
     target = load_target(target_name)
     if v1:  # the bundled targets are tile v2 (docs/tile-v2.md); v1 (docs/tile.md) has both features off
         target = tile_variant(target, post_unit=False, depthwise=False)
+    if wgt_read_rows is not None:  # the weight preload's rows per cycle (docs/tile-v2.md, section 3)
+        target = tile_variant(target, wgt_read_rows=wgt_read_rows)
     calib = random_inputs(model, n=32, seed=3)
     t0 = time.perf_counter()
     q = quantize_model(import_onnx(model), target, calib)
@@ -70,6 +73,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--v1", action="store_true", help="the v1 tile (docs/tile.md): the v2 features off")
+    ap.add_argument("--wgt-read-rows", type=int, default=None,
+                    help="override the targets' scratchpad.wgt_read_rows (weight rows preloaded per cycle)")
     args = ap.parse_args(argv)
     targets = ["tile8x8"] if args.quick else ["tile8x8", "tile32x32"]
     cases = CASES[:1] if args.quick else CASES
@@ -80,7 +85,7 @@ def main(argv=None) -> None:
     for name, fn in cases:
         model = fn()
         for tn in targets:
-            m = measure(model, tn, args.v1)
+            m = measure(model, tn, args.v1, args.wgt_read_rows)
             rows.append((name, tn, m))
             print(f"| {name} | {tn} | {m['macs']:,} | {m['cycles']:,} | {m['util']:.1%} | {m['hidden']:.0%} | "
                   f"{m['no_db']:,} ({m['no_db_util']:.1%}, {m['no_db_hidden']:.0%}) | "

@@ -64,12 +64,14 @@ def _read(spec: str) -> tuple[str, str]:
     return res.read_text(), f"{spec}.yaml"
 
 
-def tile_variant(target: dict[str, Any], **features: bool) -> dict[str, Any]:
-    """`target` (a validated tile target) with some `features` switched (docs/tile-v2.md), validated
-    again so the derived values (the configuration name) follow: `tile_variant(t, post_unit=False,
-    depthwise=False)` is the v1 tile of docs/tile.md."""
+def tile_variant(target: dict[str, Any], wgt_read_rows: int | None = None, **features: bool) -> dict[str, Any]:
+    """`target` (a validated tile target) with some `features` switched (docs/tile-v2.md) and optionally
+    another `scratchpad.wgt_read_rows`, validated again so the derived values (the configuration name)
+    follow: `tile_variant(t, post_unit=False, depthwise=False)` is the v1 tile of docs/tile.md."""
     from hwc.targets.tile_schema import validate_tile
 
     doc = {k: v for k, v in target.items() if k != "derived"}
     doc["features"] = {**target.get("features", {}), **features}
+    if wgt_read_rows is not None:
+        doc["scratchpad"] = {**target["scratchpad"], "wgt_read_rows": wgt_read_rows}
     return validate_tile(doc, f"{target.get('name')} (variant)")

@@ -681,6 +681,12 @@ class Codegen:
         t = self.timing
         post_tile = t.PPU_OVERHEAD + p + (t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * p if self.layer in self.fused_adds
                                            else 0)
+        # each POST instruction issues IDLE_LAG after the previous one ends; the output's halo FILLs (one run per
+        # row: a row's right pad and the next one's left pad) share POST with the tile's PPU
+        dst = self.tensor(layer.dst)
+        post_tile += t.IDLE_LAG * (2 if self.layer in self.fused_adds else 1)
+        if dst.fill is not None and (dst.pads[1] or dst.pads[3]):
+            post_tile += r * (t.FILL_OVERHEAD + dst.pads[1] + dst.pads[3] + t.IDLE_LAG)
         # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
         gemms = dw[0] if dw is not None else taps
         drain = 0 if self.lag_ppu and gemms >= 2 else t.GEMM_LATENCY + t.PRELOAD + t.GEMM_SETUP
