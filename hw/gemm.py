@@ -116,8 +116,18 @@ class GemmEngine(wiring.Component):
         st_active = Signal()
         st_first = Signal()
         st_reset = Signal()
-        ready = pre_active & (pre_cnt >= words - 1)
+        # stage 1 holds a block whose last word read is issued (or done): a register set the cycle before that
+        # read (on the issue itself for a one-word block), so the wide enables of `transfer` start from flip-flops
+        ready = Signal()
         transfer = Signal()
+        with m.If(transfer):
+            m.d.sync += ready.eq(0)
+        if words == 1:
+            with m.If(self.start):
+                m.d.sync += ready.eq(1)
+        else:
+            with m.If(reading & (pre_cnt == words - 2)):
+                m.d.sync += ready.eq(1)
         if p.depthwise:
             # depthwise mode: the first `skip` lines of every inner loop write nothing (a down-counter,
             # zero from the first written line on), and the ACC pointer holds until then
