@@ -67,6 +67,21 @@ def test_gemm_batched(k, m, batch, target):
     check_exact(b.output(b.gemm(x, m)), TARGETS[target])
 
 
+def test_fc_input_loads_whole_blocks_per_load():
+    """An FC layer's input holds a line per sample in each channel block (8 lines at batch 8): it loads 8
+    blocks (64 lines) per LOAD, not one LOAD per block (each costs the bus's latency besides its beats)."""
+    from hwc import isa
+
+    b = QBuilder(seed=4)
+    x = b.input("x", (8, 200), zp=3)    # 25 channel blocks of 8 lines on tile8x8
+    art = check_exact(b.output(b.gemm(b.gemm(x, 24), 10)), TARGETS["tile8x8"])
+    io = art.info["tile"]["segments"][0]["inputs"][0]
+    beat = TARGETS["tile8x8"]["bus"]["bytes"]
+    loads = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.ACT
+             and io["dram"] // beat <= i.get("dram") < io["dram"] // beat + 200]
+    assert [i.get("rows") * i.get("row_beats") for i in loads] == [64, 64, 64, 8]
+
+
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_flatten_gemm_is_a_whole_input_conv(target):
     b = QBuilder(seed=3)
