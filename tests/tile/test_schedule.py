@@ -169,6 +169,13 @@ def test_inconsistent_target_yaml(tmp_path):
     p.write_text(yaml.safe_dump(doc))
     with pytest.raises(TargetError, match="'array.rows' must be a positive power of two, not 12"):
         load_target(str(p))
+    doc["array"]["rows"] = 8
+    for rows, msg in ((3, "'scratchpad.wgt_read_rows' must be a positive power of two, not 3"),
+                      (16, "scratchpad.wgt_read_rows 16 exceeds the block's 8 rows")):
+        doc["scratchpad"]["wgt_read_rows"] = rows
+        p.write_text(yaml.safe_dump(doc))
+        with pytest.raises(TargetError, match=msg):
+            load_target(str(p))
 
 
 @pytest.mark.parametrize("c", [4, 8, 16])
