@@ -166,3 +166,31 @@ def _rtl_equals_model_equals_reference(art, g, feeds):
         np.testing.assert_array_equal(model[name], want[name])
         np.testing.assert_array_equal(rtl[name], want[name])
     assert art.last_run["cycles"] == model_cycles == art.report["cycles"]
+
+
+def test_fc_weight_streaming_through_the_rtl():
+    """An FC chain at batch 8 whose weights take 9 weight groups on tile8x8 (a bank holds 128 blocks): each
+    group after the second loads into the bank the group before last read, with no wait, right behind the
+    current group's first GEMM; the input loads 8 channel blocks per LOAD; the bundled tile preloads 2 weight
+    rows a cycle. RTL == model == int8 reference, equal cycles."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.tile.build import build_tile
+
+    target = load_target("tile8x8")
+    assert target["scratchpad"]["wgt_read_rows"] == 2
+    b = QBuilder(seed=41)
+    x = b.input("x", (8, 256), zp=-2)
+    g = b.output(b.gemm(b.gemm(x, 256), 64))
+    verify(g)
+    art = build_tile(g, target, hdl=True)
+    prog = isa.from_bytes(art.program)
+    wgt = [k for k, i in enumerate(prog) if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT]
+    assert len(wgt) >= 9
+    behind = [k for k in wgt[2:] if prog[k - 1].op == isa.Op.GEMM and int(prog[k].wait) == 0]
+    assert len(behind) == len(wgt) - 2
+    feeds = {"x": np.random.default_rng(6).integers(-128, 128, (8, 256)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)
