@@ -104,7 +104,7 @@ class TileParams:
     @property
     def preload_cycles(self) -> int:
         """WGT reads that preload one weight block (isa.Timing.PRELOAD)."""
-        return self.n // self.wgt_read_rows
+        return isa.preload_cycles(self.n, self.wgt_read_rows)
 
     @property
     def param_entry_beats(self) -> int:

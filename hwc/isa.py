@@ -314,6 +314,12 @@ MEM_WRITE_LATENCY = 1
 IDLE_LAG = 1
 
 
+def preload_cycles(n: int, wgt_read_rows: int) -> int:
+    """Cycles of WGT reads that preload one N x N weight block, `wgt_read_rows` rows a cycle
+    (scratchpad.wgt_read_rows; docs/tile-v2.md, section 3)."""
+    return n // wgt_read_rows
+
+
 @dataclass(frozen=True)
 class Timing:
     """The tile's timing constants for one target: the only definition (the RTL asserts its
@@ -356,7 +362,7 @@ class Timing:
         ml, wl = MEM_LATENCY, MEM_WRITE_LATENCY
         return cls(N=n, LM=lm, FIFO_DEPTH=target["decoder"]["fifo_depth"], PARAM_ENTRY_BEATS=peb,
                    FETCH_LATENCY=lm + PREDECODE_STAGES + 2, LOAD_OVERHEAD=2 + wl, STORE_OVERHEAD=2 + ml,
-                   PRELOAD=n // target["scratchpad"].get("wgt_read_rows", 1),
+                   PRELOAD=preload_cycles(n, target["scratchpad"].get("wgt_read_rows", 1)),
                    GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
                    PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
                    VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,

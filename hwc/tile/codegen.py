@@ -1113,6 +1113,8 @@ class Codegen:
                     load_chunk(nxt)  # the next chunk loads while this one is computed on
                 elif op == Op.GEMM and (loads == "eager" or debt[0] <= 0):
                     flush(most=1)
+            if after_first is not None:  # (a weighted group always has a GEMM; never leave its follower unloaded)
+                load_group(after_first, Wait.COMPUTE)
         for d in order:
             load_chunk(d)
         flush()
