@@ -21,7 +21,7 @@ constant to GEMM_LATENCY (hwc.isa.Timing).
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -58,15 +58,10 @@ class MacArray(wiring.Component):
         n = self.p.n
         shadow = [Signal(self.p.line_bits, name=f"shadow{r}", reset_less=True) for r in range(n)]
         active = [Signal(self.p.line_bits, name=f"active{r}", reset_less=True) for r in range(n)]
-        rr = self.p.wgt_read_rows
-        if rr == 1:
-            with m.If(self.row_we):
-                m.d.sync += Array(shadow)[self.row_idx].eq(self.row_data)
-        else:  # word w holds rows w*R .. w*R + R-1: row r takes its slot of the word
-            lb = self.p.line_bits
-            for r in range(n):
-                with m.If(self.row_we & (self.row_idx == r // rr)):
-                    m.d.sync += shadow[r].eq(self.row_data[lb * (r % rr):lb * (r % rr + 1)])
+        rr, lb = self.p.wgt_read_rows, self.p.line_bits
+        for r in range(n):  # word w holds rows w*R .. w*R + R-1: row r takes its slot of word r // R
+            with m.If(self.row_we & (self.row_idx == r // rr)):
+                m.d.sync += shadow[r].eq(self.row_data[lb * (r % rr):lb * (r % rr + 1)])
         with m.If(self.swap):
             m.d.sync += [a.eq(s) for a, s in zip(active, shadow)]
 

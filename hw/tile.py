@@ -108,15 +108,10 @@ class Tile(wiring.Component):
         if p.post_unit:  # the POST unit's copy of the accumulators: written with acc, read by the PPU only
             m.submodules.acc_post = acc_post = memory(p.acc_line_bits, p.acc_lines)
         m.submodules.param = param = memory(p.beat_bits, p.param_beats)
+        # WGT: per bank R = wgt_read_rows memories, row a in memory a % R at a // R, so that the preload reads
+        # R consecutive rows (one word) per cycle while a LOAD writes one row per beat
         banks = []
         for b in range(2):
-            if p.wgt_read_rows == 1:
-                mem = memory(p.line_bits, p.wgt_bank_rows)
-                m.submodules[f"wgt{b}"] = mem
-                banks.append([mem])
-                continue
-            # wgt_read_rows R > 1: R memories per bank, row a in memory a % R at a // R, so that the preload
-            # reads R consecutive rows (one word) per cycle while a LOAD writes one row per beat
             subs = []
             for k in range(p.wgt_read_rows):
                 mem = memory(p.line_bits, p.wgt_bank_rows // p.wgt_read_rows)
@@ -185,14 +180,11 @@ class Tile(wiring.Component):
             words = []
             for k, mem in enumerate(subs):
                 r, wp = mem.read_port(), mem.write_port()
-                sel = wgt_we & (wgt_waddr[bank_bits] == b)
-                if lr:
-                    sel = sel & (wgt_waddr[:lr] == k)
+                sel = wgt_we & (wgt_waddr[bank_bits] == b) & (wgt_waddr[:lr] == k)
                 m.d.comb += [r.addr.eq(wgt_raddr[:bank_bits - lr]), wp.addr.eq(wgt_waddr[lr:bank_bits]),
                              wp.data.eq(wgt_wdata), wp.en.eq(sel)]
-                # per memory: each register beside its block RAMs
-                words.append(reg(r.data, f"wgt{b}_rdata" if not lr else f"wgt{b}_{k}_rdata"))
-            rdata.append(words[0] if len(words) == 1 else Cat(*words))
+                words.append(reg(r.data, f"wgt{b}_{k}_rdata"))  # per memory: each register beside its block RAMs
+            rdata.append(Cat(*words))
         m.d.comb += cmp.wgt_data.eq(Mux(rbank, rdata[1], rdata[0]))
 
         pr, pw = param.read_port(), param.write_port()

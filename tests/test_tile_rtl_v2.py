@@ -18,7 +18,7 @@ from hwc.hw.generate import generate
 from hwc.sim import programs
 from hwc.sim.model import TileModel
 from hwc.sim.rtl import Scenario, run_scenarios
-from hwc.targets import load_target
+from hwc.targets import load_target, tile_variant
 
 from hwc import isa
 
@@ -450,8 +450,7 @@ def test_v2_tile32x32_equals_model(rtl32):
 def rtl_wide_preload(request, tmp_path_factory):
     """scratchpad.wgt_read_rows: the preload reads R weight rows a cycle (R memories per WGT bank), a block in
     N / R cycles; R = N loads a whole block in one cycle."""
-    base = v2("tile8x8")
-    t = dict(base, scratchpad={**base["scratchpad"], "wgt_read_rows": request.param})
+    t = tile_variant(v2("tile8x8"), wgt_read_rows=request.param)
     out = tmp_path_factory.mktemp(f"hw_tile8x8_r{request.param}")
     generate(t, out)
     wls = {w.name: w for w in fixed_workloads(t) + random_workloads(t, 4, seed=700 + request.param)}

@@ -1113,8 +1113,7 @@ class Codegen:
                     load_chunk(nxt)  # the next chunk loads while this one is computed on
                 elif op == Op.GEMM and (loads == "eager" or debt[0] <= 0):
                     flush(most=1)
-            if after_first is not None:  # (a weighted group always has a GEMM; never leave its follower unloaded)
-                load_group(after_first, Wait.COMPUTE)
+            assert after_first is None, "a weighted group without a GEMM would leave its follower unloaded"
         for d in order:
             load_chunk(d)
         flush()

@@ -629,7 +629,7 @@ def _shifts(plan: TilePlan, f: dict[str, int], n_lanes: int) -> dict[str, int]:
     def cost(sh):
         return sum(lines(k, sh[layer.src], sh[layer.dst]) for k, layer in enumerate(convs))
 
-    best = (cost(shift), 0)
+    best = (cost(shift), shift)
     for bits in range(1, 1 << len(free)):
         trial = dict(shift)
         for k, r in enumerate(free):
@@ -638,9 +638,5 @@ def _shifts(plan: TilePlan, f: dict[str, int], n_lanes: int) -> dict[str, int]:
                     trial[name] = 1
         c = cost(trial)
         if c < best[0]:
-            best = (c, bits)
-    for k, r in enumerate(free):
-        if best[1] >> k & 1:
-            for name in members[r]:
-                shift[name] = 1
-    return shift
+            best = (c, trial)
+    return best[1]

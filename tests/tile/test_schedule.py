@@ -378,8 +378,7 @@ def test_the_next_layer_streams_while_the_last_tile_is_post_processed():
     # (a weight preload of one row a cycle: its costlier short GEMMs make the cost model pick pixel tiles of 4
     # rows, so the block's last tile leaves a long tail; with the bundled 4 rows a cycle the tiles are single
     # rows and the tail is one row's PPU and add)
-    base = TARGETS["tile32x32"]
-    target = dict(base, scratchpad={**base["scratchpad"], "wgt_read_rows": 1})
+    target = tile_variant(TARGETS["tile32x32"], wgt_read_rows=1)
     n = target["array"]["rows"]
     b = QBuilder(seed=5)
     x = b.input("x", (1, n, 16, 16), zp=0)
