@@ -99,7 +99,7 @@ class ComputeUnit(wiring.Component):
         if p.post_unit:  # tile v2: the GEMM engine alone (PPU/VEC/FILL are the PostUnit)
             super().__init__({
                 "start": In(1), "word": In(isa.INSN_BITS), "accept_gemm": Out(1), "busy": Out(1),
-                "older_busy": Out(1),  # a GEMM other than the latest issued is in flight (PPU.lag)
+                "older_busy": Out(isa.PPU_MAX_LAG),  # bit k-1: a GEMM but the k latest is in flight (PPU.lag)
                 "act_addr": Out(p.act_bits), "act_rdata": In(p.line_bits),
                 "acc_raddr": Out(p.acc_bits), "acc_rdata": In(p.acc_line_bits),
                 "acc_waddr": Out(p.acc_bits), "acc_wdata": Out(p.acc_line_bits), "acc_we": Out(1),

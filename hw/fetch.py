@@ -139,7 +139,7 @@ class Fetch(wiring.Component):
             "head_load_act": Out(1),        # the head is a LOAD into ACT
             "pop": In(1),
             "busy": Out(1),        # requests outstanding or instructions in pre-decode
-        } | ({"head_ppu_lag": Out(1)} if p.post_unit else {}))   # the head is a PPU with lag = 1
+        } | ({"head_ppu_lag": Out(isa.PPU_MAX_LAG)} if p.post_unit else {}))   # bit k-1: the head is a PPU, lag = k
 
     def elaborate(self, platform):
         m = Module()
@@ -278,8 +278,9 @@ class Fetch(wiring.Component):
         m.d.comb += [self.head_valid.eq(head_v), self.head_word.eq(head_w), self.head_err.eq(head_e),
                      self.head_kind.eq(kind), self.head_load_act.eq(load_act)]
         if self.p.post_unit:
-            ppu_lag = Signal(reset_less=True)
+            ppu_lag = Signal(isa.PPU_MAX_LAG, reset_less=True)   # one-hot (or zero), pre-decoded
             with m.If(take):
-                m.d.sync += ppu_lag.eq((nop == isa.Op.PPU) & field(nw, isa.Op.PPU, "lag"))
+                lag = field(nw, isa.Op.PPU, "lag")
+                m.d.sync += ppu_lag.eq(Cat(*[(nop == isa.Op.PPU) & (lag == k) for k in range(1, isa.PPU_MAX_LAG + 1)]))
             m.d.comb += self.head_ppu_lag.eq(ppu_lag)
         return m

@@ -74,7 +74,7 @@ class GemmEngine(wiring.Component):
             "acc_waddr": Out(p.acc_bits),
             "acc_wdata": Out(p.acc_line_bits),
             "acc_we": Out(1),
-        } | ({"older_busy": Out(1)} if p.post_unit else {}))
+        } | ({"older_busy": Out(isa.PPU_MAX_LAG)} if p.post_unit else {}))  # bit k-1: PPU.lag = k must wait
 
     def elaborate(self, platform):
         m = Module()
@@ -233,20 +233,24 @@ class GemmEngine(wiring.Component):
         m.d.comb += [self.acc_we.eq(tv[ka]), self.acc_waddr.eq(ta[ka]), self.acc_wdata.eq(new)]
         m.d.comb += self.busy.eq(pre_active | st_active | Cat(*tv[1:]).any())
         if p.post_unit:
-            # PPU.lag (docs/tile-v2.md): is any GEMM other than the most recently issued one in flight? A
-            # parity bit toggles at every issue; stage 2 and each token carry their GEMM's. With a GEMM in
-            # stage 1 (the latest) everything else is older; otherwise an older one has the other parity
-            # (the one before it cannot still be in flight while the one after it has left no token).
-            par, st_par = Signal(), Signal()
+            # PPU.lag = k (docs/tile-v2.md): is any GEMM other than the k most recently issued ones in flight?
+            # A sequence number counts the issues; stage 2 and each token carry their GEMM's. An item's age is
+            # the issues since its own, modulo 2**bits: the counter is wide enough that the GEMMs in flight (one
+            # in stage 1, one in stage 2, at most one per token) never alias. With a GEMM in stage 1 (the
+            # latest, age 0) everything in stage 2 and the tokens has age 1 or more, as it should.
+            bits = bits_for(depth + 2 + isa.PPU_MAX_LAG)
+            seq, st_seq = Signal(bits), Signal(bits)
             with m.If(self.start):
-                m.d.sync += par.eq(~par)
+                m.d.sync += seq.eq(seq + 1)
             with m.If(transfer):
-                m.d.sync += st_par.eq(par)
-            tg = [Signal(name=f"t{k}_par", reset_less=True) for k in range(depth + 1)]
-            m.d.comb += tg[0].eq(st_par)
+                m.d.sync += st_seq.eq(seq)
+            tg = [Signal(bits, name=f"t{k}_seq", reset_less=True) for k in range(depth + 1)]
+            m.d.comb += tg[0].eq(st_seq)
             m.d.sync += [tg[k + 1].eq(tg[k]) for k in range(depth)]
-            older = st_active & (pre_active | (st_par != par))
-            for k in range(1, depth + 1):
-                older = older | (tv[k] & (pre_active | (tg[k] != par)))
-            m.d.comb += self.older_busy.eq(older)
+            items = [(st_active, st_seq)] + [(tv[k], tg[k]) for k in range(1, depth + 1)]
+            for lag in range(1, isa.PPU_MAX_LAG + 1):
+                older = 0
+                for valid, s in items:
+                    older = older | (valid & ((seq - s)[:bits] >= lag))
+                m.d.comb += self.older_busy[lag - 1].eq(older)
         return m

@@ -247,8 +247,10 @@ class Tile(wiring.Component):
             idle[isa.Wait.POST] = ~post_busy
             # PPU.lag: every GEMM but the latest issued has completed (a GEMM issued while others are in
             # flight makes them older: counted from the next cycle on, as the other busy registers)
-            older_busy = Signal(name="older_busy_q")
-            m.d.sync += older_busy.eq(cmp.older_busy | (to_cmp & cmp.busy))
+            # (lag k: the GEMMs but the k - 1 latest before that issue; k = 1: all of them, i.e. busy)
+            older_busy = Signal(isa.PPU_MAX_LAG, name="older_busy_q")
+            younger = Cat(cmp.busy, cmp.older_busy[:-1])
+            m.d.sync += older_busy.eq(cmp.older_busy | (to_cmp.replicate(isa.PPU_MAX_LAG) & younger))
         wait_ok = 1
         for k, (flag, unit_idle) in enumerate(idle.items()):
             assert flag == 1 << k
@@ -263,7 +265,7 @@ class Tile(wiring.Component):
                    | (kind["store"] & ~store_busy & ~load_act_busy & ~post_busy)
                    | (kind["gemm"] & gemm_ok)
                    | (kind["compute"] & ~post_busy & ~load_act_busy & ~store_busy
-                      & (~fetch.head_ppu_lag | ~older_busy))
+                      & ~(fetch.head_ppu_lag & older_busy).any())
                    | (kind["finish"] & all_idle))
         else:
             can = (~fetch.head_kind.any()  # NOP

@@ -100,6 +100,9 @@ def F(name, width, doc="", signed=False, default=None) -> Field:
     return Field(name, width, signed, doc, default)
 
 
+#: The largest PPU.lag (tile v2): a PPU may issue while up to this many of the latest GEMMs are in flight.
+PPU_MAX_LAG = 3
+
 #: Field layout of every opcode, from bit 8 upward.
 FORMATS: dict[Op, tuple[Field, ...]] = {
     Op.NOP: (),
@@ -146,8 +149,9 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
         F("out_so", 16, "ACT stride of the outer loop", signed=True),
         F("out_si", 8, "ACT stride of the inner loop", signed=True),
         F("param", 10, "PARAM entry (bias, mult, shift per lane; z_out, lo, hi)"),
-        F("lag", 1, "tile v2: issue once every GEMM but the most recently issued one has completed "
-                    "(the next pixel tile's first GEMM may stream meanwhile); ignored by v1", default=0),
+        F("lag", PPU_MAX_LAG.bit_length(), "tile v2, k > 0: issue once every GEMM but the k most recently "
+          "issued ones has completed (the next pixel tile's first k GEMMs may stream meanwhile); ignored by v1",
+          default=0),
     ),
     Op.VEC: (
         F("op", 2, "VecOp: MAX or ADD"),

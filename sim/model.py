@@ -226,7 +226,9 @@ class TileModel:
         if self.post_unit:
             busy["post"] = _Busy()
         load_end = store_end = act_load_end = cmp_end = gemm_accept = stream_end = post_end = 0
-        older_end = 0  # v2, PPU.lag: the end of every GEMM but the most recently issued one
+        # v2, PPU.lag = k: the end of every GEMM but the k most recently issued ones, i.e. cmp_end just before
+        # the k-th most recent GEMM's issue (older[-k]; 0 while fewer GEMMs have issued)
+        older = [0] * isa.PPU_MAX_LAG
         lag = t.IDLE_LAG  # the issue stage sees a unit's end this many cycles late
         res = dict(done=False, error=E.NONE, error_pc=None, cycles=0)
         stats = dict(bytes_loaded=0, bytes_stored=0, macs=0)
@@ -289,7 +291,7 @@ class TileModel:
                 stream_end = start + p
                 gemm_accept = start
                 end = stream_end + t.GEMM_LATENCY
-                older_end = cmp_end
+                older = older[1:] + [cmp_end]
                 cmp_end = max(cmp_end, end)
                 busy["compute"].add(ti + 1, end)
                 self._gemm(f)
@@ -298,7 +300,7 @@ class TileModel:
                 ti = (max(ti, post_end + lag, act_load_end + lag, store_end + lag) if self.post_unit
                       else max(ti, cmp_end + lag))
                 if op == Op.PPU and f["lag"] and self.post_unit:
-                    ti = max(ti, older_end + lag)
+                    ti = max(ti, older[-f["lag"]] + lag)
                 if op == Op.PPU:
                     end = ti + t.PPU_OVERHEAD + f["n_outer"] * f["n_inner"]
                     self._ppu(f)

@@ -66,7 +66,7 @@ class RandomProgram:
         self.out_next = self.out_at
         self.img = img
         self.prog: list[isa.Insn] = []
-        self.last_gemm = (set(), set())   # the footprint of the latest GEMM (what PPU.lag does not wait for)
+        self.recent = [(set(), set())] * isa.PPU_MAX_LAG   # footprints of the latest GEMMs (PPU.lag = k skips k)
 
     # footprints: sets of (memory, index)
     def _fp(self, op, f):
@@ -107,10 +107,11 @@ class RandomProgram:
         rd, wr = self._fp(op, fields)
         own = self.unit.get(op)
         wait = Wait(extra_wait)
-        lag = op == Op.PPU and fields.get("lag") and self.post_unit
+        lag = fields.get("lag", 0) if op == Op.PPU and self.post_unit else 0
+        lrd = set().union(*(f[0] for f in self.recent[len(self.recent) - lag:])) if lag else set()
+        lwr = set().union(*(f[1] for f in self.recent[len(self.recent) - lag:])) if lag else set()
         for u, (urd, uwr) in self.pending.items():
-            if lag and u == Wait.COMPUTE:  # PPU.lag covers every GEMM but the latest one
-                lrd, lwr = self.last_gemm
+            if lag and u == Wait.COMPUTE:  # PPU.lag = k covers every GEMM but the latest k
                 if wr & (lrd | lwr) or rd & lwr:
                     return False
             elif u != own and (wr & (urd | uwr) or rd & uwr):
@@ -121,12 +122,12 @@ class RandomProgram:
             if wait & u:
                 self.pending[u] = (set(), set())
         if lag:
-            self.pending[Wait.COMPUTE] = (set(self.last_gemm[0]), set(self.last_gemm[1]))
+            self.pending[Wait.COMPUTE] = (lrd, lwr)
         if own is not None:
             self.pending[own][0].update(rd)
             self.pending[own][1].update(wr)
         if op == Op.GEMM:
-            self.last_gemm = (rd, wr)
+            self.recent = self.recent[1:] + [(rd, wr)]
         self.prog.append(isa.make(op, wait, **f))
         return True
 
@@ -192,7 +193,7 @@ class RandomProgram:
             out, out_so, out_si = self._out(no, ni, set())
             return self.emit(Op.PPU, acc=acc, out=out, n_outer=no, n_inner=ni, acc_so=acc_so, acc_si=acc_si,
                              out_so=out_so, out_si=out_si, param=int(r.integers(0, self.PE)),
-                             lag=int(self.post_unit and r.random() < 0.5))
+                             lag=int(r.integers(1, isa.PPU_MAX_LAG + 1)) if self.post_unit and r.random() < 0.5 else 0)
         if kind == "vec":
             a, so, si = self._range(self.ACT, no, ni)
             b = int(r.integers(0, self.ACT))
@@ -279,30 +280,33 @@ def v2_error_workloads(t: dict) -> list[programs.Workload]:
     return out
 
 
-def lag_workload(t: dict) -> programs.Workload:
+def lag_workload(t: dict, lag: int = 1) -> programs.Workload:
     """PPU.lag as the scheduler uses it: pixel tiles alternating accumulator halves, each tile's PPU behind
-    the next tile's first GEMM (waiting for the GEMMs before that one only), that GEMM waiting for POST."""
+    the next tile's first `lag` GEMMs (waiting for the GEMMs before those only), the first waiting for POST.
+    Short GEMMs (4 lines), so that the PPU's wait decides when the next GEMM issues, and tiles of 8, longer than a
+    PPU, so that POST does not."""
     rp = RandomProgram(t, np.random.default_rng(7), 64)
     rp.prologue()
-    half, lines = rp.ACC // 2, 12
-    for tile in range(4):
+    half, lines = rp.ACC // 2, 4
+    for tile in range(5):
         acc = (tile % 2) * half
-        for k in range(3):
-            rp.emit(Op.GEMM, wblk=rp.blocks[k % 4], act=(7 * tile + 3 * k) % (rp.ACT - lines), acc=acc, n_outer=1,
-                    n_inner=lines, act_so=0, act_si=1, acc_so=0, acc_si=1, reset=int(k == 0))
-            if k == 0 and tile:
+        for k in range(8):
+            assert rp.emit(Op.GEMM, Wait.POST if k == 0 and tile else Wait.NONE, wblk=rp.blocks[k % 4],
+                           act=(7 * tile + 3 * k) % (rp.ACT - lines), acc=acc, n_outer=1, n_inner=lines, act_so=0,
+                           act_si=1, acc_so=0, acc_si=1, reset=int(k == 0))
+            if k == lag - 1 and tile:
                 prev = ((tile - 1) % 2) * half
                 assert rp.emit(Op.PPU, acc=prev, out=60 + 12 * (tile % 2), n_outer=1, n_inner=lines, acc_so=0,
-                               acc_si=1, out_so=0, out_si=1, param=tile % 2, lag=1)
+                               acc_si=1, out_so=0, out_si=1, param=tile % 2, lag=lag)
     rp.epilogue()
-    return programs.Workload("lag", rp.prog, rp.img.finish(rp.prog), 0)
+    return programs.Workload("lag" if lag == 1 else f"lag{lag}", rp.prog, rp.img.finish(rp.prog), 0)
 
 
 def fixed_workloads(t: dict) -> list[programs.Workload]:
     rng = np.random.default_rng(5)
     return [programs.matmul(t, rng, 16, 24, 16, overlap=True, relu=True, name="mm"),
             programs.pool_sum(t, rng, pixels=33, name="pool"),
-            programs.vec(t, rng, lines=6, name="vec"), lag_workload(t)]
+            programs.vec(t, rng, lines=6, name="vec")] + [lag_workload(t, k) for k in range(1, isa.PPU_MAX_LAG + 1)]
 
 
 def workloads(t: dict) -> list[programs.Workload]:
@@ -339,7 +343,7 @@ def _check_against_model(res, model, model_dram):
     assert res["unit_busy"] == [model.busy[u] for u in ("load", "compute", "store", "post")]
 
 
-@pytest.mark.parametrize("name", ["mm", "pool", "vec", "lag"])
+@pytest.mark.parametrize("name", ["mm", "pool", "vec", "lag", "lag2", "lag3"])
 def test_v2_fixed_workloads_bit_exact_and_cycles_equal_model(rtl, name):
     t, _, wls, models, results = rtl
     res, wl = results[name], wls[name]
@@ -358,8 +362,8 @@ def test_v2_random_programs_cover_the_v2_features(rtl):
     """The random programs run GEMMs in depthwise mode with skips, POST work beside streaming GEMMs, and
     the port-B interlocks (a LOAD into ACT, a STORE or a POST instruction held back by another)."""
     t, _, wls, models, results = rtl
-    dw = skips = overlap = lag = lag_waited = 0
-    for name in [f"rand{k}" for k in range(N_RANDOM)] + ["lag"]:
+    dw = skips = overlap = lag = lag_waited = deep = deep_waited = 0
+    for name in [f"rand{k}" for k in range(N_RANDOM)] + ["lag", "lag2", "lag3"]:
         prog, m = wls[name].program, models[name][0]
         dw += sum(1 for i in prog if i.op == Op.GEMM and i.get("dw"))
         skips += sum(1 for i in prog if i.op == Op.GEMM and i.get("skip"))
@@ -369,10 +373,14 @@ def test_v2_random_programs_cover_the_v2_features(rtl):
         # PPU.lag: issued while the latest GEMM still runs, right after an older one ended
         for j, i in enumerate(prog):
             if i.op == Op.PPU and i.get("lag"):
+                waited = any(e + 1 == m.issue[j] for _, e in gemms)
                 lag += 1
-                lag_waited += any(e + 1 == m.issue[j] for _, e in gemms)
+                lag_waited += waited
+                deep += i.get("lag") >= 2     # behind two or three GEMMs that may still run
+                deep_waited += waited and i.get("lag") >= 2
     assert dw >= 20 and skips >= 10 and overlap >= 10 and lag >= 10 and lag_waited >= 2, \
         (dw, skips, overlap, lag, lag_waited)
+    assert deep >= 8 and deep_waited >= 4, (deep, deep_waited)
 
 
 @pytest.mark.parametrize("name", sorted(V2_ERRORS))

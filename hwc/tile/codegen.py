@@ -49,6 +49,8 @@ MIN_CHUNK_LINES = 64
 #: The params after the first weight group's load in parts of at least this many beats, one at a time
 #: where the LOAD unit has room (a single big LOAD would block the issue when a PPU first needs it).
 PARAM_PART_BEATS = 256
+#: The write region of a POST instruction whose region is unknown: it may write any ACT line.
+_EVERYWHERE = ("*", None, -1 << 30, 1 << 30)
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Emitted:
     needs: frozenset = frozenset()
     layer: int = -1
     wait: Wait = Wait.NONE     # explicit waits (hazards on units other than LOAD)
+    writes: tuple | None = None  # POST: the ACT region it writes (tensor, block or None, first row, end row)
 
 
 @dataclass
@@ -114,8 +117,12 @@ class Codegen:
         self._halo_pending = None     # v2: output halo FILLs wait for the layer's first PPU
         self._drip: list[tuple] = []  # v2: halo FILL runs not yet emitted (dripped between GEMMs)
         self._clock = [0, 0]          # v2: estimated GEMM stream time, estimated time POST is free
-        self._last_lines = 0          # v2: the estimated stream of the latest GEMM
+        self._recent = [0] * isa.PPU_MAX_LAG  # v2: the estimated array cycles of the latest GEMMs
         self.timing = isa.Timing.from_target(target)
+        t = self.timing
+        # v2: GEMM cycles a lag PPU's GEMMs ahead must stream so that the next GEMM issues behind the PPU in time
+        # (the PPU waits for the GEMM before them to complete, the next one then preloads)
+        self._lag_cover = t.GEMM_LATENCY + t.IDLE_LAG + 1 + t.PRELOAD + t.GEMM_SETUP
         self._post_writes = None      # v2: lines the last POST instruction writes (None: nothing pending)
         self._acc_half = 0
         self._later_post = None       # v2: a PPU (and fused add) to emit behind the next GEMM, with PPU.lag
@@ -212,7 +219,7 @@ class Codegen:
             if wait & Wait.POST:
                 self._post_writes = None
             if opcode in (Op.PPU, Op.VEC, Op.FILL):
-                self._post_writes = region if region is not None else ("*", None, -1 << 30, 1 << 30)
+                self._post_writes = region if region is not None else _EVERYWHERE
             if opcode == Op.PPU and self._halo_pending is not None:
                 # The layer's output halos: this first PPU waits for COMPUTE, so every GEMM before it (the
                 # earlier layers', which may read lines aliasing the output) has finished; the GEMMs after it
@@ -224,7 +231,8 @@ class Codegen:
             self._estimate(opcode, fields, wait)
         if opcode == Op.GEMM and region is not None and region[0] in self.in_chunks:
             needs = self._needed_chunks(needs, region)
-        g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait))
+        writes = (region or _EVERYWHERE) if opcode in (Op.PPU, Op.VEC, Op.FILL) else None
+        g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait, writes))
         lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
         # the group's compute time, which the next group's LOAD must fit in: the array's (v2: the PPU and VEC run
         # beside it; counting them made groups too large to load in time: DS-CNN tile32x32 41.7 -> 43.6% without)
@@ -254,12 +262,12 @@ class Codegen:
         if opcode == Op.GEMM:
             if wait & Wait.POST:
                 self._clock[0] = max(self._clock)
-            self._last_lines = self._gemm_cycles(lines)
-            self._clock[0] += self._last_lines
+            self._recent = self._recent[1:] + [self._gemm_cycles(lines)]
+            self._clock[0] += self._recent[-1]
             return
         start = self._clock[1]
-        if opcode == Op.PPU and fields.get("lag"):  # waits for the GEMMs before the latest one
-            start = max(start, self._clock[0] - self._last_lines + t.GEMM_LATENCY)
+        if opcode == Op.PPU and fields.get("lag"):  # waits for the GEMMs before the latest `lag` ones
+            start = max(start, self._clock[0] - sum(self._recent[-fields["lag"]:]) + t.GEMM_LATENCY)
         if wait & Wait.COMPUTE:  # waits for the GEMMs to drain
             start = max(self._clock[0] + t.GEMM_LATENCY, self._clock[1])
             self._clock[0] = start + t.PRELOAD + t.GEMM_SETUP
@@ -300,7 +308,7 @@ class Codegen:
         self._post_writes = region
         self._estimate(Op.FILL, {"count": count})
         g.compute.append(Emitted((Op.FILL, {"addr": addr, "count": count, "value": value}), frozenset(),
-                                 self.layer, Wait.NONE))
+                                 self.layer, Wait.NONE, region or _EVERYWHERE))
         # (the group estimate counts dripped FILLs, unlike PPU/VEC: without them MobileNet tile32x32 measured
         # 22.1 -> 21.8%, DS-CNN tile8x8 78.8 -> 79.1%)
         g.est += count + 2
@@ -468,26 +476,27 @@ class Codegen:
             g = self.weighted([t[3] for t in chunks[0]]) if len(chunks) == 1 else None
             acc = self._acc_base()
             for ti, (oy0, rows) in enumerate(tiles):
-                gi = 0   # GEMMs of this tile emitted so far
+                gi = streamed = 0   # GEMMs of this tile emitted so far, their estimated array cycles
                 last = cob == cbo - 1 and ti == len(tiles) - 1   # its PPU drains the array: FILLs may go first
                 for ci, chunk in enumerate(chunks):
                     if len(chunks) > 1:  # the cob's weights exceed a bank: reload them per pixel tile
                         g = self.weighted([t[3] for t in chunk])
                     for k, (kk, off, cib, data, dwf, skip, si) in enumerate(chunk):
                         f = self._gemm_fields(layer, mode, oy0, rows, kk, off, cib, skip, si)
-                        # a deferred PPU (below) of the previous tile goes behind this tile's first GEMM, which
-                        # waits for POST: the PPU before that one reads the accumulator half it writes
-                        later = self._later_post if ci == 0 and k == 0 else None
+                        # a deferred PPU (below) of the previous tile goes behind this tile's first GEMMs; the
+                        # first waits for POST: the PPU before that one reads the accumulator half it writes
+                        first = ci == 0 and k == 0
                         tile_end = ci == len(chunks) - 1 and k == len(chunk) - 1
                         self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc,
-                                     reset=int(ci == 0 and k == 0), dw=dwf, skip=skip,
-                                     wait=Wait.POST if later else Wait.NONE,
+                                     reset=int(first), dw=dwf, skip=skip,
+                                     wait=Wait.POST if first and self._later_post else Wait.NONE,
                                      drip=not (tile_end and self.lag_ppu and not last),
                                      drains=tile_end and last, **f)
-                        if later:
-                            self._later_post = None
-                            later(g)
                         gi += 1
+                        streamed += self._gemm_cycles(f["n_outer"] * f["n_inner"])
+                        if self._later_post and (streamed >= self._lag_cover or gi == isa.PPU_MAX_LAG or tile_end):
+                            later, self._later_post = self._later_post, None
+                            later(g, gi)
                         if self._later_add is not None and gi >= self._later_add[0]:
                             self._later_add[1](g)
                             self._later_add = None
@@ -496,6 +505,7 @@ class Codegen:
                     self._later_add = None
 
                 def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, cob=cob, entry=entry, pieces=pieces):
+                    # (lag: the GEMMs of the next tile emitted before this PPU, which may stream while it waits)
                     fields = self._ppu_fields(layer, mode, acc, rows)
                     for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
                         f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
@@ -509,14 +519,16 @@ class Codegen:
                             # issues only after it: behind the GEMM streaming then, not blocking the next
                             t = self.timing
                             gemm = self._gemm_cycles(rows * wo)
-                            self._later_add = (1 + -(-(t.GEMM_LATENCY + t.PPU_OVERHEAD + rows * wo) // gemm), add)
+                            self._later_add = (lag + -(-(t.GEMM_LATENCY + t.PPU_OVERHEAD + rows * wo) // gemm), add)
                         else:
                             add(g)
 
                 if self.lag_ppu and len(taps) >= 2 and not last:
-                    # v2, PPU.lag: the PPU issues behind the next tile's first GEMM and waits only for the
-                    # GEMMs before that one, so the array streams on instead of draining at every tile
-                    self._later_post = lambda g, post=post: post(g, lag=1)
+                    # v2, PPU.lag: the PPU issues behind the next tile's first k GEMMs and waits only for the
+                    # GEMMs before those, so the array streams on instead of draining at every tile. k: as
+                    # few as stream long enough to cover the wait for this tile's last GEMM to complete and
+                    # the next GEMM's preload (`_lag_cover`); behind one short GEMM the array would idle
+                    self._later_post = post
                 else:
                     if last and self.post_unit:
                         # channel block 0's output halo runs while the array drains (when this last PPU writes
@@ -1062,6 +1074,44 @@ class Codegen:
                 fn()
             del deferred[:k]
 
+        # Output stores. v2: a channel block of a model output is stored once the POST instruction that writes
+        # it last has had time to finish (estimated by the GEMMs emitted since): a STORE does not issue while
+        # POST is busy, and POST instructions run one at a time in program order, so by its issue every write
+        # to the block is done. It then moves beside the compute instead of after it (the output lines are
+        # live to the end; the STORE unit has its own bus channel). v1 and the rest: at the end, as before.
+        t_ = self.timing
+        store_order = [(name, cb) for name in plan.outputs for cb in range(self.tensor(name).cb)]
+        stored: set = set()
+        last_writer = {}
+        if self.post_unit:
+            for g in self.groups:
+                for e in g.compute:
+                    if e.writes is not None:
+                        for d in store_order:
+                            if _overlaps((d[0], d[1], 0, 1 << 30), e.writes):
+                                last_writer[d] = id(e)
+        pending: list[list] = []   # [output, channel block, estimated cycles until POST is idle]
+
+        def store(name, cb, wait=Wait.NONE):
+            t = self.tensor(name)
+            stored.add((name, cb))
+            emit(Op.STORE, wait, dram=(outputs[name] // beat) + cb * t.h * t.w, sram=t.line(cb, 0, 0), rows=t.h,
+                 row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
+
+        def early_stores(e, op, fields):
+            lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
+            if op == Op.GEMM:
+                for p in pending:
+                    p[2] -= self._gemm_cycles(lines)
+            elif e.writes is not None:
+                busy = {Op.PPU: t_.PPU_OVERHEAD + lines, Op.VEC: t_.VEC_OVERHEAD + t_.VEC_CYCLES_PER_LINE * lines}
+                for p in pending:  # a STORE behind this POST instruction waits for it too
+                    p[2] += busy.get(op, t_.FILL_OVERHEAD + lines) + t_.IDLE_LAG
+                pending.extend([*d, busy.get(op, t_.FILL_OVERHEAD + lines) + t_.IDLE_LAG]
+                               for d in store_order if last_writer.get(d) == id(e))
+            while pending and pending[0][2] <= 0:
+                store(*pending.pop(0)[:2])
+
         if order:
             load_chunk(order[0])
         if weighted and self.double_buffer:
@@ -1098,6 +1148,7 @@ class Codegen:
                     flush(d)
                 wait = (Wait.LOAD if last_load[0] in needs else Wait.NONE) | e.wait
                 emit(op, wait, e.layer, **fields)
+                early_stores(e, op, fields)
                 if after_first is not None and op == Op.GEMM:
                     # The next group's weights go into the bank the previous group's GEMMs read. A GEMM issues
                     # only once the one before it streams, i.e. has read all its weights: so once this group's
@@ -1117,13 +1168,9 @@ class Codegen:
         for d in order:
             load_chunk(d)
         flush()
-        for k, name in enumerate(plan.outputs):
-            t = self.tensor(name)
-            for cb in range(t.cb):
-                first_wait = Wait.COMPUTE | (Wait.POST if self.post_unit else Wait.NONE)
-                emit(Op.STORE, first_wait if (k == 0 and cb == 0) else Wait.NONE,
-                     dram=(outputs[name] // beat) + cb * t.h * t.w, sram=t.line(cb, 0, 0), rows=t.h, row_beats=t.w,
-                     dram_stride=t.w, sram_stride=t.wp)
+        first_wait = Wait.COMPUTE | (Wait.POST if self.post_unit else Wait.NONE)
+        for k, (name, cb) in enumerate(d for d in store_order if d not in stored):
+            store(name, cb, first_wait if k == 0 else Wait.NONE)
         emit(Op.FINISH, Wait.ALL)
         for rec in layer_records:
             idx = [i for i, li in enumerate(insn_layer) if li == layer_records.index(rec)]
