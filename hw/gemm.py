@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hwc import isa
@@ -90,6 +91,8 @@ class GemmEngine(wiring.Component):
         names = ("act", "acc", "n_outer", "n_inner", "act_so", "act_si", "acc_so", "acc_si", "reset")
         if p.depthwise:
             names += ("dw", "skip")
+        if p.dw_lines:
+            names += ("dwp",)
         pre = {k: Signal(field(w, OP, k).shape(), name=f"pre_{k}", reset_less=True) for k in names}
         wblk = Signal(bits_for(p.wgt_blocks), reset_less=True)
         # the fields are captured in every cycle stage 1 is empty (an issue only comes then), so the
@@ -134,7 +137,9 @@ class GemmEngine(wiring.Component):
             st_dw = Signal()
             st_skip = Signal(3, reset_less=True)
             st_sk = Signal(3)
-            st_j0 = Signal()  # the current line is the first of its inner loop
+            st_j0 = Signal()  # the current line is the first of its inner loop (GEMM.dwp: of the GEMM)
+            st_dwp = Signal()
+            st_pitch = Signal(12, reset_less=True)   # GEMM.dwp: the row pitch, n_inner
             writes = st_sk == 0
         loop = loop2d(m, "st", load=transfer, step=st_active, n_outer=pre["n_outer"], n_inner=pre["n_inner"],
                       streams=[(pre["act"], pre["act_so"], pre["act_si"], p.act_bits),
@@ -150,9 +155,12 @@ class GemmEngine(wiring.Component):
                 m.d.sync += st_active.eq(0)
         if p.depthwise:
             with m.If(transfer):
-                m.d.sync += [st_dw.eq(pre["dw"]), st_skip.eq(pre["skip"]), st_sk.eq(pre["skip"]), st_j0.eq(1)]
+                m.d.sync += [st_dw.eq(pre["dw"]), st_skip.eq(pre["skip"]), st_sk.eq(pre["skip"]), st_j0.eq(1),
+                             st_pitch.eq(pre["n_inner"])]
+                if p.dw_lines:
+                    m.d.sync += st_dwp.eq(pre["dwp"])
             with m.Elif(st_active):
-                m.d.sync += st_j0.eq(loop.last_j)
+                m.d.sync += st_j0.eq(loop.last_j & ~st_dwp)   # GEMM.dwp: the SR spans the whole GEMM
                 with m.If(loop.last_j):
                     m.d.sync += st_sk.eq(st_skip)
                 with m.Elif(~writes):
@@ -188,13 +196,28 @@ class GemmEngine(wiring.Component):
             m.d.comb += [tz[0].eq(st_j0), td[0].eq(st_dw)]
             m.d.sync += [tz[k + 1].eq(tz[k]) for k in range(kx)]
             m.d.sync += [td[k + 1].eq(td[k]) for k in range(kx)]
+            # GEMM.dwp: registers DWP_TAPS, 2 * DWP_TAPS (...) start chains fed by the row buffers, and the one
+            # after the last chain reads zero (selected by the line's dwp bit: `_row_buffers`)
+            heads = {}
+            if p.dw_lines:
+                dwp_sel = Signal(name="dwp_sel", attrs=DUP)
+                for k in range(1, isa.DWP_ROWS + 1):
+                    if k * isa.DWP_TAPS < n:
+                        heads[k * isa.DWP_TAPS] = (dwp_sel, Signal(p.line_bits, name=f"dwp_head{k}")
+                                                   if k < isa.DWP_ROWS else 0)
             sr = [xreg]
             for c in range(1, n):
                 clr = Signal(name=f"sr_clr{c}", attrs=DUP)  # = tz[kx] in the cycle the line enters xreg
                 m.d.sync += clr.eq(tz[kx - 1])
                 r = Signal(p.line_bits, name=f"sr{c}", reset_less=True)
-                m.d.sync += r.eq(Mux(clr, 0, sr[-1]))
+                if c in heads:  # GEMM.dwp: this register starts a chain (a row buffer's output, or zero)
+                    sel, head = heads[c]
+                    m.d.sync += r.eq(Mux(clr, 0, Mux(sel, head, sr[-1])))
+                else:
+                    m.d.sync += r.eq(Mux(clr, 0, sr[-1]))
                 sr.append(r)
+            if p.dw_lines:
+                self._row_buffers(m, p, sr, heads, dwp_sel, tz, kx, st_dwp, st_pitch)
             dwr = [Signal(name=f"dw{r}", attrs=DUP) for r in range(n)]  # with xreg: the mode of its line
             m.d.sync += [d.eq(td[kx]) for d in dwr]
             m.d.comb += [mac.sr.eq(Cat(*sr[1:])), mac.dw.eq(Cat(*dwr))]
@@ -254,3 +277,41 @@ class GemmEngine(wiring.Component):
                     older = older | (valid & ((seq - s)[:bits] >= lag))
                 m.d.comb += self.older_busy[lag - 1].eq(older)
         return m
+
+    def _row_buffers(self, m, p, sr, heads, dwp_sel, tz, kx, st_dwp, st_pitch) -> None:
+        """GEMM.dwp (docs/tile-v2.md): chain k (k = 1 .. DWP_ROWS - 1) starts at register sr[k * DWP_TAPS],
+        which takes the line P = n_inner lines before the one in chain k - 1's first register: row buffer k
+        (a block RAM of p.dw_lines lines, written every cycle with chain k - 1's first register, read P - 3
+        lines later: address, RAM, data register, then the chain register). The chain register reads zero
+        until the GEMM has streamed k * P lines (a line counter from the GEMM's first line)."""
+        # the controls of the line entering xreg next cycle: its dwp bit, its pitch, its index in the GEMM
+        tp = [Signal(name=f"t{k}_dwp") for k in range(kx + 1)]
+        tq = [Signal(12, name=f"t{k}_pitch", reset_less=True) for k in range(kx + 1)]
+        m.d.comb += [tp[0].eq(st_dwp), tq[0].eq(st_pitch)]
+        m.d.sync += [tp[k + 1].eq(tp[k]) for k in range(kx)] + [tq[k + 1].eq(tq[k]) for k in range(kx)]
+        m.d.sync += dwp_sel.eq(tp[kx - 1])
+        cmax = isa.DWP_ROWS * p.dw_lines + 1
+        cnt = Signal(range(cmax + 1), name="dwp_cnt")   # the index of the line in xreg (saturating)
+        first = Signal(name="dwp_first")                # the line entering xreg next cycle is a GEMM's first
+        m.d.sync += first.eq(tz[kx - 1])
+        nxt = Mux(first, 0, Mux(cnt == cmax, cmax, cnt + 1))
+        m.d.sync += cnt.eq(nxt)
+        abits = bits_for(p.dw_lines)
+        wptr = Signal(abits, name="dwp_wptr")
+        m.d.sync += wptr.eq(wptr + 1)
+        # read for the line entering xreg three cycles later, whose token is at stage 1 now (its pitch tq[1])
+        raddr = Signal(abits, name="dwp_raddr")
+        m.d.comb += raddr.eq(wptr - tq[1] + 3)
+        src = sr[0]
+        for k in range(1, isa.DWP_ROWS):
+            c = k * isa.DWP_TAPS
+            if c not in heads:
+                break
+            mem = Memory(shape=p.line_bits, depth=1 << abits, init=[], attrs={"no_rw_check": 1})
+            m.submodules[f"dwp_buf{k}"] = mem
+            wp, rp = mem.write_port(), mem.read_port()
+            data = Signal(p.line_bits, name=f"dwp_buf{k}_q", reset_less=True)  # beside the block RAM
+            m.d.comb += [wp.addr.eq(wptr), wp.data.eq(src), wp.en.eq(1), rp.addr.eq(raddr)]
+            m.d.sync += data.eq(rp.data)
+            m.d.comb += heads[c][1].eq(Mux(nxt >= k * tq[kx], data, 0))
+            src = sr[c]

@@ -46,6 +46,7 @@ class TileParams:
     post_unit: bool = False   # tile v2 (docs/tile-v2.md): PPU/VEC/FILL in their own POST unit
     depthwise: bool = False   # tile v2: GEMM.dw / GEMM.skip
     wgt_read_rows: int = 1    # weight rows the GEMM's preload reads per cycle (scratchpad.wgt_read_rows)
+    dw_lines: int = 0         # lines of each GEMM.dwp row buffer (scratchpad.dw_line_buffer; 0: no GEMM.dwp)
 
     @classmethod
     def from_target(cls, target: dict) -> TileParams:
@@ -60,7 +61,8 @@ class TileParams:
                    param_entries=sp["param_entries"],
                    post_unit=bool(target.get("features", {}).get("post_unit")),
                    depthwise=bool(target.get("features", {}).get("depthwise")),
-                   wgt_read_rows=sp.get("wgt_read_rows", 1))
+                   wgt_read_rows=sp.get("wgt_read_rows", 1),
+                   dw_lines=sp.get("dw_line_buffer", 0) if target.get("features", {}).get("depthwise") else 0)
 
     # ---- derived sizes ----
     @property

@@ -103,6 +103,19 @@ def F(name, width, doc="", signed=False, default=None) -> Field:
 #: The largest PPU.lag (tile v2): a PPU may issue while up to this many of the latest GEMMs are in flight.
 PPU_MAX_LAG = 3
 
+#: GEMM.dwp (depthwise over rows): the taps of one kernel row sit in DWP_TAPS consecutive columns, kernel rows
+#: DWP_TAPS columns apart; the row pitch (n_inner) must be at least DWP_MIN_PITCH lines (the row buffers'
+#: read latency) and at most scratchpad.dw_line_buffer.
+DWP_TAPS = 3
+DWP_ROWS = 3
+DWP_MIN_PITCH = 4
+
+
+def dwp_delays(n: int, pitch: int) -> list[int | None]:
+    """GEMM.dwp: the lines back column c of an n-column array reads (None: it reads zero)."""
+    return [c % DWP_TAPS + (c // DWP_TAPS) * pitch if c < DWP_TAPS * DWP_ROWS else None for c in range(n)]
+
+
 #: Field layout of every opcode, from bit 8 upward.
 FORMATS: dict[Op, tuple[Field, ...]] = {
     Op.NOP: (),
@@ -138,6 +151,8 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
         F("dw", 1, "depthwise mode (features.depthwise): PE (r, c) takes lane r of the line streamed c earlier",
           default=0),
         F("skip", 3, "depthwise mode: the first `skip` lines of every inner loop write no accumulator", default=0),
+        F("dwp", 1, "depthwise mode over rows (scratchpad.dw_line_buffer): column c takes the line streamed "
+          "c % 3 + (c // 3) * n_inner earlier in this GEMM (c < 9; the others read zero)", default=0),
     ),
     Op.PPU: (
         F("acc", 16, "ACC line of the first input"),

@@ -144,6 +144,7 @@ class TileModel:
         feats = target.get("features", {})
         self.post_unit = bool(feats.get("post_unit"))    # docs/tile-v2.md: PPU/VEC/FILL in their own unit
         self.depthwise = bool(feats.get("depthwise"))    # docs/tile-v2.md: GEMM.dw
+        self.dw_lines = sp.get("dw_line_buffer", 0) if self.depthwise else 0   # GEMM.dwp: rows of up to this
         self.reset()
 
     def reset(self) -> None:
@@ -165,6 +166,7 @@ class TileModel:
         elif op == Op.GEMM:
             counts = (f["n_outer"], f["n_inner"])
             bad = bool(f["dw"] and (not self.depthwise or f["skip"] >= f["n_inner"])) or bool(f["skip"] and not f["dw"])
+            bad = bad or bool(f["dwp"] and not (f["dw"] and isa.DWP_MIN_PITCH <= f["n_inner"] <= self.dw_lines))
         elif op == Op.PPU:
             counts, bad = (f["n_outer"], f["n_inner"]), False
         elif op == Op.VEC:
@@ -377,6 +379,12 @@ class TileModel:
         """GEMM.dw: row r of line j sums W[r][c] * lane r of line j - c of the same inner loop
         (lines before the loop's start read as zero); lines j < skip are not written."""
         no, ni, n = f["n_outer"], f["n_inner"], self.n
+        if f["dwp"]:  # over rows: one stream of no * ni lines, column c some rows and lines back
+            out = np.zeros((no * ni, n))
+            for c, d in enumerate(isa.dwp_delays(n, ni)):
+                if d is not None and d < no * ni and w[:, c].any():
+                    out[d:] += x[:no * ni - d] * w[:, c]
+            return out.reshape(no, ni, n)[:, f["skip"]:].reshape(-1, n).astype(np.int32)
         x = x.reshape(no, ni, n)
         out = np.zeros((no, ni, n))
         for c in range(min(n, ni)):

@@ -64,14 +64,21 @@ def _read(spec: str) -> tuple[str, str]:
     return res.read_text(), f"{spec}.yaml"
 
 
-def tile_variant(target: dict[str, Any], wgt_read_rows: int | None = None, **features: bool) -> dict[str, Any]:
+def tile_variant(target: dict[str, Any], wgt_read_rows: int | None = None, dw_line_buffer: int | None = None,
+                 **features: bool) -> dict[str, Any]:
     """`target` (a validated tile target) with some `features` switched (docs/tile-v2.md) and optionally
-    another `scratchpad.wgt_read_rows`, validated again so the derived values (the configuration name)
+    another `scratchpad.wgt_read_rows` or `scratchpad.dw_line_buffer` (0: no depthwise mode over rows; it
+    goes with the depthwise mode), validated again so the derived values (the configuration name)
     follow: `tile_variant(t, post_unit=False, depthwise=False)` is the v1 tile of docs/tile.md."""
     from hwc.targets.tile_schema import validate_tile
 
     doc = {k: v for k, v in target.items() if k != "derived"}
     doc["features"] = {**target.get("features", {}), **features}
+    doc["scratchpad"] = dict(target["scratchpad"])
     if wgt_read_rows is not None:
-        doc["scratchpad"] = {**target["scratchpad"], "wgt_read_rows": wgt_read_rows}
+        doc["scratchpad"]["wgt_read_rows"] = wgt_read_rows
+    if dw_line_buffer is not None:
+        doc["scratchpad"]["dw_line_buffer"] = dw_line_buffer
+    if not doc["features"].get("depthwise"):
+        doc["scratchpad"]["dw_line_buffer"] = 0
     return validate_tile(doc, f"{target.get('name')} (variant)")

@@ -18,7 +18,8 @@ SCHEMA: dict[str, Any] = {
     "array": {"rows": (int, True), "cols": (int, True)},
     "dtypes": {"operand_bits": (int, True), "acc_bits": (int, True)},
     "scratchpad": {"act_lines": (int, True), "acc_lines": (int, True), "wgt_bank_blocks": (int, True),
-                   "param_entries": (int, True), "wgt_read_rows": (int, False)},
+                   "param_entries": (int, True), "wgt_read_rows": (int, False),
+                   "dw_line_buffer": (int, False)},
     "bus": {"bytes": (int, True), "read_latency": (int, True)},
     "decoder": {"fifo_depth": (int, True)},
     "clock_mhz": ((int, float), True),
@@ -89,6 +90,15 @@ def validate_tile(doc: dict, where: str) -> dict:
     if wr > rows:
         raise TargetError(f"Target {where}: scratchpad.wgt_read_rows {wr} exceeds the block's {rows} rows (it is "
                           f"how many weight rows the GEMM's preload reads per cycle).")
+    dwl = sp.get("dw_line_buffer", 0)
+    if dwl:
+        _pow2(where, "scratchpad.dw_line_buffer", dwl)
+        if not doc.get("features", {}).get("depthwise"):
+            raise TargetError(f"Target {where}: scratchpad.dw_line_buffer ({dwl}) needs features.depthwise: true "
+                              f"(it is the row buffer of the depthwise mode; 0 or absent without it).")
+        if not 8 <= dwl <= 4096:
+            raise TargetError(f"Target {where}: scratchpad.dw_line_buffer must be 8..4096 lines (the longest "
+                              f"padded row a depthwise GEMM streams over rows), not {dwl}.")
     if sp["act_lines"] < 4 * rows:
         raise TargetError(f"Target {where}: scratchpad.act_lines {sp['act_lines']} is too small for one "
                           f"block: it needs at least {4 * rows} lines (input, output and padding of one "
@@ -119,12 +129,12 @@ def validate_tile(doc: dict, where: str) -> dict:
         energy_table({**doc, "name": where})  # raises TargetError on a bad entry
     out = dict(doc)
     out["features"] = {"post_unit": False, "depthwise": False, **doc.get("features", {})}
-    out["scratchpad"] = {"wgt_read_rows": 1, **sp}
+    out["scratchpad"] = {"wgt_read_rows": 1, "dw_line_buffer": 0, **sp}
     out["derived"] = {
         "config_name": f"{rows}x{cols}_i8w8a32_act{sp['act_lines']}_acc{sp['acc_lines']}"
                        f"_wgt{sp['wgt_bank_blocks']}x2" + (f"r{wr}" if wr > 1 else "") + f"_bus{bus['bytes'] * 8}"
                        + "".join(f"_{tag}" for key, tag in (("post_unit", "post"), ("depthwise", "dw"))
-                                 if out["features"][key]),
+                                 if out["features"][key]) + (f"{dwl}" if dwl else ""),
         "macs_per_cycle": rows * cols,
         "act_bytes": sp["act_lines"] * cols,
         "acc_bytes": sp["acc_lines"] * rows * 4,

@@ -50,6 +50,7 @@ class RandomProgram:
         bank = t["scratchpad"]["wgt_bank_blocks"]
         self.blocks = [0, 1, bank, bank + 1]  # two blocks in each weight bank
         self.post_unit = bool(t["features"].get("post_unit"))
+        self.dw_lines = t["scratchpad"].get("dw_line_buffer", 0) if t["features"].get("depthwise") else 0
         # without the POST unit, PPU/VEC/FILL belong to the compute unit (and Wait.POST means nothing)
         self.unit = {op: (Wait.COMPUTE if u == Wait.POST and not self.post_unit else u) for op, u in UNIT.items()}
         units = (Wait.LOAD, Wait.COMPUTE, Wait.STORE) + ((Wait.POST,) if self.post_unit else ())
@@ -157,7 +158,7 @@ class RandomProgram:
     def body_insn(self):
         r, n = self.rng, self.n
         kind = r.choice(["load_act", "load_wgt", "load_param", "gemm", "gemm", "gemm_dw", "gemm_dw", "ppu", "vec",
-                         "fill", "store", "nop"])
+                         "fill", "store", "nop"] + (["gemm_dwp", "gemm_dwp"] if self.dw_lines else []))
         no, ni = int(r.integers(1, 4)), int(r.integers(1, 9))
         if kind == "load_act":
             rows, rb = int(r.integers(1, 3)), int(r.integers(1, 9))
@@ -173,9 +174,11 @@ class RandomProgram:
             return self.emit(Op.LOAD, mem=Mem.PARAM, dram=self.p_at + int(r.integers(0, 2 * self.PE)) * self.peb,
                              sram=e * self.peb, rows=1, row_beats=self.peb, dram_stride=0, sram_stride=0)
         if kind.startswith("gemm"):
-            dw = int(kind == "gemm_dw")
+            dw, dwp = int(kind != "gemm"), int(kind == "gemm_dwp")
             if dw and r.random() < 0.3:  # longer rows: lines leave the shift register (all N columns used)
                 no, ni = 1, int(r.integers(n - 2, n + 7))
+            if dwp:  # over rows: up to 4 rows of a pitch the row buffers hold (lines 1 and 2 rows back)
+                no, ni = int(r.integers(1, 5)), int(r.integers(isa.DWP_MIN_PITCH, min(self.dw_lines, 13) + 1))
             skip = int(r.integers(0, min(ni, 8))) if dw else 0
             act, act_so, act_si = self._range(self.ACT, no, ni)
             acc, acc_so, acc_si = self._range(self.ACC, no, ni - skip)
@@ -185,7 +188,7 @@ class RandomProgram:
                     acc_so = 1
             return self.emit(Op.GEMM, wblk=int(r.choice(self.blocks)), act=act, acc=acc, n_outer=no, n_inner=ni,
                              act_so=act_so, act_si=act_si, acc_so=acc_so, acc_si=acc_si,
-                             reset=int(r.integers(0, 2)), dw=dw, skip=skip)
+                             reset=int(r.integers(0, 2)), dw=dw, skip=skip, dwp=dwp)
         if kind == "ppu":
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
             if acc_so < 0 or acc_si < 0:
@@ -259,7 +262,11 @@ def bad_workload(t: dict, name: str, bad: isa.Insn) -> programs.Workload:
 #: v2 pre-decode rule (docs/tile-v2.md): skip >= n_inner, skip without dw, and the ACC range of n_inner - skip
 V2_ERRORS = {"err_skip_ge_inner": (dict(dw=1, skip=3), E.BAD_FIELD),
              "err_skip_without_dw": (dict(dw=0, skip=1), E.BAD_FIELD),
-             "err_dw_acc_oor": (dict(acc=-3, n_inner=6, dw=1, skip=2), E.OUT_OF_RANGE)}
+             "err_dw_acc_oor": (dict(acc=-3, n_inner=6, dw=1, skip=2), E.OUT_OF_RANGE),
+             # GEMM.dwp: only in the depthwise mode, with a row pitch (n_inner) of 4 .. dw_line_buffer lines
+             "err_dwp_without_dw": (dict(dw=0, dwp=1, n_inner=6), E.BAD_FIELD),
+             "err_dwp_short_pitch": (dict(dw=1, dwp=1, n_inner=isa.DWP_MIN_PITCH - 1), E.BAD_FIELD),
+             "err_dwp_long_pitch": (dict(dw=1, dwp=1, n_inner=-1), E.BAD_FIELD)}
 
 
 def v2_error_workloads(t: dict) -> list[programs.Workload]:
@@ -267,6 +274,8 @@ def v2_error_workloads(t: dict) -> list[programs.Workload]:
     for name, (kw, _) in V2_ERRORS.items():
         g = {**dict(wblk=0, act=0, acc=0, n_outer=1, n_inner=3, act_so=0, act_si=1, acc_so=0, acc_si=1, reset=1),
              **kw}
+        if g["n_inner"] < 0:  # one line longer than the row buffers
+            g["n_inner"] = t["scratchpad"]["dw_line_buffer"] + 1
         if g["acc"] < 0:  # the last n_inner - skip + 1 ACC lines: one too many
             g["acc"] = t["scratchpad"]["acc_lines"] - (g["n_inner"] - g["skip"]) + 1
         out.append(bad_workload(t, name, isa.make(Op.GEMM, **g)))
@@ -381,6 +390,8 @@ def test_v2_random_programs_cover_the_v2_features(rtl):
     assert dw >= 20 and skips >= 10 and overlap >= 10 and lag >= 10 and lag_waited >= 2, \
         (dw, skips, overlap, lag, lag_waited)
     assert deep >= 8 and deep_waited >= 4, (deep, deep_waited)
+    dwp = [i for k in range(N_RANDOM) for i in wls[f"rand{k}"].program if i.op == Op.GEMM and i.get("dwp")]
+    assert len(dwp) >= 10 and any(i.get("n_outer") > 2 for i in dwp), len(dwp)   # lines two rows back
 
 
 @pytest.mark.parametrize("name", sorted(V2_ERRORS))

@@ -113,6 +113,7 @@ class Codegen:
         feats = target.get("features", {})
         self.post_unit = bool(feats.get("post_unit"))   # v2: PPU/VEC/FILL overlap the array
         self.depthwise = bool(feats.get("depthwise"))   # v2: GEMM.dw
+        self.dw_lines = target["scratchpad"].get("dw_line_buffer", 0) if self.depthwise else 0  # GEMM.dwp rows
         self.tiling = tiling          # v2 pixel-tile policy: "cost" (model), "quarter" or "max"
         self._halo_pending = None     # v2: output halo FILLs wait for the layer's first PPU
         self._drip: list[tuple] = []  # v2: halo FILL runs not yet emitted (dripped between GEMMs)
@@ -453,7 +454,7 @@ class Codegen:
         wpad = np.zeros((cbo * n, cbi * n, kh, kw), np.int8)
         wpad[:m, :c] = layer.weight
         dw_mode = (self.depthwise and layer.group == c == m and kw > 1 and src.s2d == dst.s2d == 1)
-        mode = "rows"   # depthwise: "diag", "rows", "cols" or "image" (docs/tile-v2.md, "Depthwise schedules")
+        mode = "rows"   # depthwise: "diag", "rows", "cols", "image" or "pitch" (docs/tile-v2.md, "Depthwise schedules")
         dw_cost = None
         if dw_mode and self.tiling == "cost":
             rows_per_tile, mode, dw_cost = self._dw_plan(layer, wpad, ho, wo, rows_per_tile)
@@ -487,7 +488,7 @@ class Codegen:
                         # first waits for POST: the PPU before that one reads the accumulator half it writes
                         first = ci == 0 and k == 0
                         tile_end = ci == len(chunks) - 1 and k == len(chunk) - 1
-                        self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc,
+                        self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc + f.pop("acc_off", 0),
                                      reset=int(first), dw=dwf, skip=skip,
                                      wait=Wait.POST if first and self._later_post else Wait.NONE,
                                      drip=not (tile_end and self.lag_ppu and not last),
@@ -640,6 +641,20 @@ class Codegen:
             return dict(region=(src.name, cib, y0, y0 + (rows + skip - 1) * si + 1),
                         act=src.line(cib, y0, kk * dw - pl), n_outer=wo, n_inner=rows + skip, act_so=sw,
                         act_si=si * src.wp, acc_so=rows, acc_si=1)
+        if mode == "pitch":  # GEMM.dwp: whole padded rows, n_inner = the row pitch; kk < 0 marks that GEMM
+            y0 = oy0 * sh - pt
+            kh, kw = layer.weight.shape[2:]
+            if kk < 0:
+                n_rows = (rows - 1) * sh + (kh - 1) * dh + 1
+                return dict(region=(src.name, cib, y0, y0 + n_rows), act=src.line(cib, y0, -pl), n_outer=n_rows,
+                            n_inner=src.wp, act_so=src.wp, act_si=1, acc_so=src.wp, acc_si=1, dwp=1)
+            # a tap the row buffers do not reach: a diagonal block over the outputs' inputs, accumulated
+            # into the lines where the row-buffer GEMM leaves each output (its last tap's line)
+            ky, kx = kk, off
+            return dict(region=(src.name, cib, y0 + ky * dh, y0 + ky * dh + (rows - 1) * sh + 1),
+                        act=src.line(cib, y0 + ky * dh, kx * dw - pl), n_outer=rows, n_inner=wo, act_so=sh * src.wp,
+                        act_si=sw, acc_so=sh * src.wp, acc_si=sw,
+                        acc_off=(kh - 1) * dh * src.wp + (kw - 1) * dw)
         if mode == "image":  # the padded rows in one stream: every tap is a fixed distance back
             y0 = oy0 * sh - pt
             return dict(region=(src.name, cib, y0, y0 + (rows - 1) * sh + (layer.weight.shape[2] - 1) * dh + 1),
@@ -654,7 +669,7 @@ class Codegen:
         dst, wo = self.tensor(layer.dst), self.tensor(layer.dst).w
         if mode == "cols":  # column by column
             return dict(acc=acc, n_outer=wo, n_inner=rows, acc_so=rows, acc_si=1, out_so=1, out_si=dst.wp)
-        if mode == "image":  # output (y, x) at its last tap's line; the lines in between are not outputs
+        if mode in ("image", "pitch"):  # output (y, x) at its last tap's line; the lines in between are not outputs
             (sh, sw), (dh, dw), (_, _, kh, kw) = layer.strides, layer.dilations, layer.weight.shape
             wp = self.tensor(layer.src).wp
             return dict(acc=acc + (kh - 1) * dh * wp + (kw - 1) * dw, n_outer=rows, n_inner=wo, acc_so=sh * wp,
@@ -666,6 +681,11 @@ class Codegen:
         (sh, sw), (dh, dw), (_, _, kh, kw) = layer.strides, layer.dilations, layer.weight.shape
         wp, wo = self.tensor(layer.src).wp, self.tensor(layer.dst).w
         return ((rows - 1) * sh + (kh - 1) * dh) * wp + (wo - 1) * sw + (kw - 1) * dw + 1
+
+    def _pitch_lines(self, layer: ConvLayer, rows: int) -> int:
+        """Lines a "pitch" (GEMM.dwp) depthwise GEMM streams for `rows` output rows: whole padded rows."""
+        (sh, _), (dh, _), kh = layer.strides, layer.dilations, layer.weight.shape[2]
+        return ((rows - 1) * sh + (kh - 1) * dh + 1) * self.tensor(layer.src).wp
 
     def _tile_rows(self, layer: ConvLayer, ho: int, wo: int, most: int, dw: tuple | None = None):
         """v2: output rows per pixel tile. More tiles let a tile's PPU (and fused add) overlap the next
@@ -694,9 +714,12 @@ class Codegen:
             gemm_tile = taps * self._gemm_cycles(p)
         else:
             ntaps, skip, mode = dw
-            lines = {"rows": r * (wo + skip), "cols": wo * (r + skip), "diag": p}.get(mode) or \
-                self._image_lines(layer, r)
-            gemm_tile = ntaps * self._gemm_cycles(lines)
+            if mode == "pitch":  # the row-buffer GEMM, then one over the outputs per tap it does not reach
+                gemm_tile = self._gemm_cycles(self._pitch_lines(layer, r)) + (ntaps - 1) * self._gemm_cycles(p)
+            else:
+                lines = {"rows": r * (wo + skip), "cols": wo * (r + skip), "diag": p}.get(mode) or \
+                    self._image_lines(layer, r)
+                gemm_tile = ntaps * self._gemm_cycles(lines)
         t = self.timing
         post_tile = t.PPU_OVERHEAD + p + (t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * p if self.layer in self.fused_adds
                                            else 0)
@@ -721,7 +744,7 @@ class Codegen:
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
         acc_cap = self.acc_lines // 2 if self.post_unit else self.acc_lines
         best = None
-        for mode in ("diag", "rows", "cols", "image"):
+        for mode in ("diag", "rows", "cols", "image", "pitch"):
             taps = [None] * (layer.weight.shape[2] * layer.weight.shape[3]) if mode == "diag" else \
                 self._dw_taps(layer, wpad, 0, mode)
             if taps is None:
@@ -729,9 +752,9 @@ class Codegen:
             cap = most
             if mode == "cols" and not (layer.strides[0] * src.wp <= 127 and dst.wp <= 127):
                 continue  # act_si and the PPU's out_si are 8-bit fields
-            if mode == "image":
-                cap = max((r for r in range(1, most + 1) if self._image_lines(layer, r) <= min(acc_cap, 4095)),
-                          default=0)
+            if mode in ("image", "pitch"):
+                lines = self._image_lines if mode == "image" else self._pitch_lines
+                cap = max((r for r in range(1, most + 1) if lines(layer, r) <= min(acc_cap, 4095)), default=0)
                 if not cap:
                     continue
             skip = max((t[5] for t in taps if t), default=0)
@@ -758,6 +781,22 @@ class Codegen:
         n = self.n
         _, _, kh, kw = wpad.shape
         diag = lambda ky, kx: np.diagonal(wpad[cob * n:(cob + 1) * n, cob * n:(cob + 1) * n, ky, kx])  # noqa: E731
+        if mode == "pitch":  # GEMM.dwp: tap (ky, kx) in column DWP_TAPS*(kh-1-ky) + kw-1-kx; the rest diagonal
+            wp = self.tensor(layer.src).wp
+            if not (self.dw_lines and layer.dilations == (1, 1) and kh <= isa.DWP_ROWS and kw <= isa.DWP_TAPS
+                    and isa.DWP_MIN_PITCH <= wp <= self.dw_lines):
+                return None
+            blk = np.zeros((n, n), np.int8)
+            rest = []
+            for ky in range(kh):
+                for kx in range(kw):
+                    c = isa.DWP_TAPS * (kh - 1 - ky) + kw - 1 - kx
+                    if c < n:
+                        blk[:, c] = diag(ky, kx)
+                    elif diag(ky, kx).any():
+                        rest.append((ky, kx, cob, np.diag(diag(ky, kx)).astype(np.int8).tobytes(), 0, 0,
+                                     layer.strides[1]))
+            return [(-1, 0, cob, blk.tobytes(), 1, 0, 1)] + rest
         if mode == "image":
             (dy, dx), wp = layer.dilations, self.tensor(layer.src).wp
             if (kh - 1) * dy * wp + (kw - 1) * dx >= n:

@@ -52,7 +52,10 @@ def test_depthwise_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
     from hwc.ref.interp import run_graph
     from hwc.tile.build import build_tile
 
-    target = dict(load_target("tile8x8"), features={"post_unit": True, "depthwise": True})
+    from hwc.targets import tile_variant
+
+    # (without GEMM.dwp's row buffers, so that the row-wise schedules with skips run: test_depthwise_over_rows)
+    target = tile_variant(load_target("tile8x8"), dw_line_buffer=0)
     b = QBuilder(seed=21)
     x = b.input("x", (1, 6, 9, 9), zp=-3)
     y = b.conv(x, 16, relu=True)
@@ -90,7 +93,9 @@ def test_depthwise_schedules_through_the_rtl():
     from hwc.ir import verify
     from hwc.tile.build import build_tile
 
-    target = dict(load_target("tile8x8"), features={"post_unit": True, "depthwise": True})
+    from hwc.targets import tile_variant
+
+    target = tile_variant(load_target("tile8x8"), dw_line_buffer=0)   # (with them GEMM.dwp wins: below)
     b = QBuilder(seed=22)
     x = b.input("x", (1, 5, 16, 5), zp=-3)
     y = b.conv(x, 16, k=1, relu=True)
@@ -107,6 +112,33 @@ def test_depthwise_schedules_through_the_rtl():
     _rtl_equals_model_equals_reference(art, g, feeds)
 
 
+def test_depthwise_over_rows_through_the_rtl():
+    """GEMM.dwp (docs/tile-v2.md): depthwise layers streaming whole padded rows through the two row buffers
+    (8 of 9 taps in one GEMM, the ninth a diagonal GEMM over the outputs), stride 1 on a 14-wide image and
+    stride 2, on the bundled tile8x8: the tile.v's outputs and cycles equal the model's, the outputs the
+    int8 reference's."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.tile.build import build_tile
+
+    target = load_target("tile8x8")
+    b = QBuilder(seed=23)
+    x = b.input("x", (1, 5, 10, 14), zp=-3)
+    y = b.conv(x, 16, k=1, relu=True)
+    y = b.conv(y, 16, k=3, group=16, relu=True)                                  # 10x14, padded 12x16
+    y = b.conv(y, 16, k=3, stride=2, group=16, relu=True)                        # 5x7
+    g = b.output(b.conv(y, 8, k=1))
+    verify(g)
+    art = build_tile(g, target, hdl=True)
+    dwp = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM and i.get("dwp")]
+    assert {i.get("n_inner") for i in dwp} == {16}, "rows of the padded width"
+    feeds = {"x": np.random.default_rng(7).integers(-128, 128, (1, 5, 10, 14)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)
+
+
 @pytest.mark.slow
 def test_ds_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
     """MLPerf-Tiny-shaped DS-CNN (depthwise-separable) on the v2 tile8x8 through the RTL (about 1.5 min):
@@ -119,7 +151,7 @@ def test_ds_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
     from hwc.zoo import MODELS, random_inputs
 
     model = MODELS["ds_cnn"]()
-    target = dict(load_target("tile8x8"), features={"post_unit": True, "depthwise": True})
+    target = load_target("tile8x8")   # the bundled v2 tile, GEMM.dwp included
     art = build_tile(quantize_model(import_onnx(model), target, random_inputs(model, n=32, seed=3)), target)
     feeds = {k: v[0] for k, v in random_inputs(model, n=1, seed=9).items()}
     ref = art.run(feeds, engine="reference")

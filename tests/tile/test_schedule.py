@@ -294,7 +294,8 @@ def test_cli_v2_target_builds_with_hdl(tmp_path, capsys):
 def test_depthwise_on_a_tall_narrow_image_streams_down_the_columns(stride):
     """A depthwise GEMM wastes `skip` lines per inner loop: on a 3-pixel-wide image, streaming along the
     rows wastes 2 of every 5; the scheduler streams down the columns instead (a kernel column per GEMM),
-    exactly, with fewer lines than the row-wise stream."""
+    exactly, with fewer lines than the row-wise stream. (A tile without the row buffers of GEMM.dwp: with
+    them the "pitch" schedule streams fewer still, test_depthwise_over_rows below.)"""
     from hwc import isa
 
     c, h, w = 16, 30, 3
@@ -302,7 +303,7 @@ def test_depthwise_on_a_tall_narrow_image_streams_down_the_columns(stride):
     x = b.input("x", (1, c, h, w), zp=3)
     y = b.conv(x, c, k=1, relu=True)
     z = b.conv(y, c, k=3, stride=stride, pads=[1, 1, 1, 1], group=c)
-    art = check_exact(b.output(z), TARGETS["tile8x8"])
+    art = check_exact(b.output(z), tile_variant(TARGETS["tile8x8"], dw_line_buffer=0))
     prog = isa.from_bytes(art.program)
     dw = [i for i in prog if i.op == isa.Op.GEMM and i.get("dw")]
     wp = w + 2                                   # the padded input width
@@ -311,6 +312,30 @@ def test_depthwise_on_a_tall_narrow_image_streams_down_the_columns(stride):
     taps = 3 * stride                            # per kernel row (row-wise) or column: one GEMM per stride phase
     row_wise = 2 * taps * ho * (wo + 2)          # 2 channel blocks, skip <= 2 per output row
     assert sum(i.get("n_outer") * i.get("n_inner") for i in dw) < row_wise
+
+
+@pytest.mark.parametrize("target,c,size,stride", [("tile8x8", 16, 12, 1), ("tile8x8", 8, 25, 1),
+                                                  ("tile8x8", 16, 13, 2), ("tile32x32", 32, 20, 1)])
+def test_depthwise_over_rows(target, c, size, stride):
+    """GEMM.dwp: one depthwise GEMM streams whole padded rows with 8 of the 9 taps (a kernel row in 3 columns,
+    the rows a row pitch apart through the row buffers; on tile32x32 all 9), the ninth tap a diagonal GEMM
+    over the outputs. Exact against the int8 reference, chosen by the cost model, and it streams fewer lines
+    than the best schedule without the row buffers."""
+    from hwc import isa
+
+    b = QBuilder(seed=c + size)
+    x = b.input("x", (1, c, size, size), zp=3)
+    y = b.conv(x, c, k=1, relu=True)
+    g = b.output(b.conv(y, c, k=3, stride=stride, pads=[1, 1, 1, 1], group=c, relu=True))
+    lines = []
+    for t in (TARGETS[target], tile_variant(TARGETS[target], dw_line_buffer=0)):
+        art = check_exact(g, t)
+        prog = isa.from_bytes(art.program)
+        lines.append(sum(i.get("n_outer") * i.get("n_inner") for i in prog if i.op == isa.Op.GEMM))
+        if t is TARGETS[target]:
+            dwp = [i for i in prog if i.op == isa.Op.GEMM and i.get("dwp")]
+            assert dwp and all(i.get("n_inner") == size + 2 for i in dwp), "rows of the padded width"
+    assert lines[0] < lines[1], lines
 
 
 def test_the_first_layer_starts_before_the_whole_input_is_loaded():
