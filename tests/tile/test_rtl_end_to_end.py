@@ -44,15 +44,13 @@ def test_depthwise_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
     """Tile v2 (docs/tile-v2.md) end to end: a small CNN with depthwise convolutions (stride 1 and 2) built
     for a v2 variant of tile8x8, with HDL; the program uses GEMM.dw / GEMM.skip and the POST unit; the
     generated tile.v's outputs and cycles equal the model's, whose outputs equal the int8 reference's."""
-    from hwc.targets import load_target
+    from hwc.targets import load_target, tile_variant
     from qgraphs import QBuilder
 
     from hwc import isa
     from hwc.ir import verify
     from hwc.ref.interp import run_graph
     from hwc.tile.build import build_tile
-
-    from hwc.targets import tile_variant
 
     # (without GEMM.dwp's row buffers, so that the row-wise schedules with skips run: test_depthwise_over_rows)
     target = tile_variant(load_target("tile8x8"), dw_line_buffer=0)
@@ -86,14 +84,12 @@ def test_depthwise_schedules_through_the_rtl():
     columns of a tall image (GEMM act_si = the padded width, the PPU writing column by column) and the
     whole padded image in one GEMM (every tap fewer than N lines back; the PPU skipping the lines that are
     not outputs). Through the generated tile.v: outputs and cycles equal the model's, outputs the reference's."""
-    from hwc.targets import load_target
+    from hwc.targets import load_target, tile_variant
     from qgraphs import QBuilder
 
     from hwc import isa
     from hwc.ir import verify
     from hwc.tile.build import build_tile
-
-    from hwc.targets import tile_variant
 
     target = tile_variant(load_target("tile8x8"), dw_line_buffer=0)   # (with them GEMM.dwp wins: below)
     b = QBuilder(seed=22)
