@@ -49,6 +49,9 @@ MIN_CHUNK_LINES = 64
 #: The params after the first weight group's load in parts of at least this many beats, one at a time
 #: where the LOAD unit has room (a single big LOAD would block the issue when a PPU first needs it).
 PARAM_PART_BEATS = 256
+#: The first weight group grows over its layer while its weights load in at most 1/FIRST_GROUP_SHARE of its
+#: estimated compute (`Codegen.weighted`).
+FIRST_GROUP_SHARE = 4
 #: The write region of a POST instruction whose region is unknown: it may write any ACT line.
 _EVERYWHERE = ("*", None, -1 << 30, 1 << 30)
 
@@ -191,9 +194,22 @@ class Codegen:
                     budget = 0   # and the first group's compute waits for them: the second holds one layer
             if not g.blocks or (grown <= self.bank_blocks and grown * self.n <= budget):
                 return g
+            # The first group may take more of the first layer's weights, when they load in a small share of the
+            # compute before them and in less time than the params, which otherwise go first (when the first
+            # group has no PPU) and hold the second group back: the array then computes while the bus brings the
+            # params and the next groups (DS-CNN tile8x8: 49,756 -> 49,073 cycles). Not when loading is as long
+            # as computing (an FC layer at a small batch).
+            if not prev and g.layer == self.layer and grown <= self.bank_blocks and \
+                    FIRST_GROUP_SHARE * grown * self.n <= g.est and grown * self.n <= self._param_beats():
+                return g
         g = Group([], layer=self.layer)
         self.groups.append(g)
         return g
+
+    def _param_beats(self) -> int:
+        """About the beats of all the params (one entry per output block of every layer that post-processes)."""
+        blocks = sum(self.tensor(layer.dst).cb for layer in self.plan.layers if not isinstance(layer, MaxPoolLayer))
+        return blocks * self.peb
 
     def compute(self, g: Group, opcode: Op, needs=(), wait: Wait = Wait.NONE, region=None, drip: bool = True,
                 halos: bool = True, drains: bool = False, **fields) -> None:
@@ -641,6 +657,16 @@ class Codegen:
             return dict(region=(src.name, cib, y0, y0 + (rows + skip - 1) * si + 1),
                         act=src.line(cib, y0, kk * dw - pl), n_outer=wo, n_inner=rows + skip, act_so=sw,
                         act_si=si * src.wp, acc_so=rows, acc_si=1)
+        if mode == "pcols":  # GEMM.dwp down the columns (kk = -2), then "cols" GEMMs into its output lines
+            kh, kw = layer.weight.shape[2:]
+            kx0, y0 = self._pcols_first(layer), oy0 - pt
+            lines, pitch = self._pcols_lines(layer, rows)
+            if kk == -2:
+                return dict(region=(src.name, cib, y0, y0 + pitch), act=src.line(cib, y0, kx0 - pl),
+                            n_outer=lines // pitch, n_inner=pitch, act_so=1, act_si=src.wp, acc_so=pitch, acc_si=1,
+                            dwp=1)
+            f = self._gemm_fields(layer, "cols", oy0, rows, kk, off, cib, skip, si)
+            return dict(f, acc_so=pitch, acc_off=(kw - 1 - kx0) * pitch + kh - 1)
         if mode == "pitch":  # GEMM.dwp: whole padded rows, n_inner = the row pitch; kk < 0 marks that GEMM
             y0 = oy0 * sh - pt
             kh, kw = layer.weight.shape[2:]
@@ -669,6 +695,11 @@ class Codegen:
         dst, wo = self.tensor(layer.dst), self.tensor(layer.dst).w
         if mode == "cols":  # column by column
             return dict(acc=acc, n_outer=wo, n_inner=rows, acc_so=rows, acc_si=1, out_so=1, out_si=dst.wp)
+        if mode == "pcols":  # column by column, output (y, x) at its last tap's line
+            kh, kw = layer.weight.shape[2:]
+            pitch = self._pcols_lines(layer, rows)[1]
+            return dict(acc=acc + (kw - 1 - self._pcols_first(layer)) * pitch + kh - 1, n_outer=wo, n_inner=rows,
+                        acc_so=pitch, acc_si=1, out_so=1, out_si=dst.wp)
         if mode in ("image", "pitch"):  # output (y, x) at its last tap's line; the lines in between are not outputs
             (sh, sw), (dh, dw), (_, _, kh, kw) = layer.strides, layer.dilations, layer.weight.shape
             wp = self.tensor(layer.src).wp
@@ -681,6 +712,19 @@ class Codegen:
         (sh, sw), (dh, dw), (_, _, kh, kw) = layer.strides, layer.dilations, layer.weight.shape
         wp, wo = self.tensor(layer.src).wp, self.tensor(layer.dst).w
         return ((rows - 1) * sh + (kh - 1) * dh) * wp + (wo - 1) * sw + (kw - 1) * dw + 1
+
+    def _pcols_first(self, layer: ConvLayer) -> int:
+        """"pcols": the first kernel column in the row-buffer GEMM. All when they fit the array's columns;
+        otherwise from the second on (6 taps of a 3x3 on 8 columns), the first in a "cols" GEMM: it streams a
+        column fewer, which beats 8 taps and a diagonal ninth on images shorter than twice their width."""
+        kh, kw = layer.weight.shape[2:]
+        return 0 if isa.DWP_TAPS * (kw - 1) + kh <= self.n else 1
+
+    def _pcols_lines(self, layer: ConvLayer, rows: int) -> tuple[int, int]:
+        """"pcols" for `rows` output rows: (lines of the row-buffer GEMM, its pitch: padded rows per column)."""
+        kh, kw = layer.weight.shape[2:]
+        pitch = rows + kh - 1
+        return (self.tensor(layer.dst).w + kw - 1 - self._pcols_first(layer)) * pitch, pitch
 
     def _pitch_lines(self, layer: ConvLayer, rows: int) -> int:
         """Lines a "pitch" (GEMM.dwp) depthwise GEMM streams for `rows` output rows: whole padded rows."""
@@ -716,6 +760,9 @@ class Codegen:
             ntaps, skip, mode = dw
             if mode == "pitch":  # the row-buffer GEMM, then one over the outputs per tap it does not reach
                 gemm_tile = self._gemm_cycles(self._pitch_lines(layer, r)) + (ntaps - 1) * self._gemm_cycles(p)
+            elif mode == "pcols":  # the row-buffer GEMM down the columns, then "cols" GEMMs
+                gemm_tile = self._gemm_cycles(self._pcols_lines(layer, r)[0]) + \
+                    (ntaps - 1) * self._gemm_cycles(wo * (r + skip))
             else:
                 lines = {"rows": r * (wo + skip), "cols": wo * (r + skip), "diag": p}.get(mode) or \
                     self._image_lines(layer, r)
@@ -744,14 +791,19 @@ class Codegen:
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
         acc_cap = self.acc_lines // 2 if self.post_unit else self.acc_lines
         best = None
-        for mode in ("diag", "rows", "cols", "image", "pitch"):
+        for mode in ("diag", "rows", "cols", "image", "pitch", "pcols"):
             taps = [None] * (layer.weight.shape[2] * layer.weight.shape[3]) if mode == "diag" else \
                 self._dw_taps(layer, wpad, 0, mode)
             if taps is None:
                 continue
             cap = most
-            if mode == "cols" and not (layer.strides[0] * src.wp <= 127 and dst.wp <= 127):
+            if mode in ("cols", "pcols") and not (layer.strides[0] * src.wp <= 127 and dst.wp <= 127):
                 continue  # act_si and the PPU's out_si are 8-bit fields
+            if mode == "pcols":  # the pitch (padded rows per column) within the row buffers, the lines in a half
+                cap = max((r for r in range(1, most + 1) if self._pcols_lines(layer, r)[1] <= self.dw_lines
+                           and self._pcols_lines(layer, r)[0] <= min(acc_cap, 4095)), default=0)
+                if not cap:
+                    continue
             if mode in ("image", "pitch"):
                 lines = self._image_lines if mode == "image" else self._pitch_lines
                 cap = max((r for r in range(1, most + 1) if lines(layer, r) <= min(acc_cap, 4095)), default=0)
@@ -797,6 +849,18 @@ class Codegen:
                         rest.append((ky, kx, cob, np.diag(diag(ky, kx)).astype(np.int8).tobytes(), 0, 0,
                                      layer.strides[1]))
             return [(-1, 0, cob, blk.tobytes(), 1, 0, 1)] + rest
+        if mode == "pcols":  # GEMM.dwp down the columns: tap (ky, kx) in column DWP_TAPS*(kw-1-kx) + kh-1-ky
+            if not (self.dw_lines and layer.dilations == (1, 1) and layer.strides == (1, 1) and kh <= isa.DWP_TAPS
+                    and kw <= isa.DWP_ROWS and 2 <= kw):
+                return None
+            kx0 = self._pcols_first(layer)
+            blk = np.zeros((n, n), np.int8)
+            for ky in range(kh):
+                for kx in range(kx0, kw):
+                    blk[:, isa.DWP_TAPS * (kw - 1 - kx) + kh - 1 - ky] = diag(ky, kx)
+            # the kernel columns the row buffers do not reach: the "cols" GEMMs of those columns
+            rest = [t for t in self._dw_taps(layer, wpad, cob, "cols") if t[0] < kx0]
+            return [(-2, 0, cob, blk.tobytes(), 1, 0, 1)] + rest
         if mode == "image":
             (dy, dx), wp = layer.dilations, self.tensor(layer.src).wp
             if (kh - 1) * dy * wp + (kw - 1) * dx >= n:

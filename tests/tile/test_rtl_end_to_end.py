@@ -135,6 +135,30 @@ def test_depthwise_over_rows_through_the_rtl():
     _rtl_equals_model_equals_reference(art, g, feeds)
 
 
+def test_depthwise_down_the_columns_over_rows_through_the_rtl():
+    """GEMM.dwp down the columns ("pcols", DS-CNN's tall narrow maps): the row buffers hold whole padded
+    columns (act_si = the padded width), 6 taps in one GEMM, the first kernel column in a "cols" GEMM
+    accumulating into its output lines. RTL == model == int8 reference, equal cycles."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.tile.build import build_tile
+
+    b = QBuilder(seed=24)
+    x = b.input("x", (1, 5, 25, 5), zp=-3)
+    y = b.conv(x, 16, k=1, relu=True)
+    y = b.conv(y, 16, k=3, group=16, relu=True)
+    g = b.output(b.conv(y, 8, k=1))
+    verify(g)
+    art = build_tile(g, load_target("tile8x8"), hdl=True)
+    dwp = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM and i.get("dwp")]
+    assert dwp and all(i.get("act_si") == 7 and i.get("act_so") == 1 for i in dwp), "down the columns"
+    feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, 5, 25, 5)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)
+
+
 @pytest.mark.slow
 def test_ds_cnn_on_the_v2_tile_rtl_equals_model_equals_int8_reference():
     """MLPerf-Tiny-shaped DS-CNN (depthwise-separable) on the v2 tile8x8 through the RTL (about 1.5 min):
