@@ -472,7 +472,7 @@ class Codegen:
         dw_mode = (self.depthwise and layer.group == c == m and kw > 1 and src.s2d == dst.s2d == 1)
         mode = "rows"   # depthwise: "diag", "rows", "cols", "image" or "pitch" (docs/tile-v2.md, "Depthwise schedules")
         dw_cost = None
-        if dw_mode and self.tiling == "cost":
+        if dw_mode and self.tiling in ("cost", "quarter"):  # ("quarter" tiles the other layers its own way)
             rows_per_tile, mode, dw_cost = self._dw_plan(layer, wpad, ho, wo, rows_per_tile)
         elif self.post_unit and (self.tiling == "cost" or (self.tiling == "quarter" and self.layer in self.fused_adds)):
             # ("quarter": a fused add's VEC work, 3 cycles a line, wants the tiles of the cost model)
