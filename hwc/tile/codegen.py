@@ -657,6 +657,14 @@ class Codegen:
             return dict(region=(src.name, cib, y0, y0 + (rows + skip - 1) * si + 1),
                         act=src.line(cib, y0, kk * dw - pl), n_outer=wo, n_inner=rows + skip, act_so=sw,
                         act_si=si * src.wp, acc_so=rows, acc_si=1)
+        if mode == "pitch2":  # phase `off` of the columns: every padded row, every other column, pitch = phase cols
+            kw, a = layer.weight.shape[3], off
+            n_rows, q = self._pitch2_lines(layer, rows)[0], self._phase_cols(layer, 0)
+            y0 = oy0 * sh - pt
+            last = max(range(a, kw, 2))   # the phase's last tap column: output (y, x) at its line
+            return dict(region=(src.name, cib, y0, y0 + n_rows), act=src.line(cib, y0, a - pl), n_outer=n_rows,
+                        n_inner=self._phase_cols(layer, a), act_so=src.wp, act_si=2, acc_so=q, acc_si=1, dwp=1,
+                        acc_off=(kw - 1) // 2 - last // 2)
         if mode == "pcols":  # GEMM.dwp down the columns (kk = -2), then "cols" GEMMs into its output lines
             kh, kw = layer.weight.shape[2:]
             kx0, y0 = self._pcols_first(layer), oy0 - pt
@@ -695,6 +703,11 @@ class Codegen:
         dst, wo = self.tensor(layer.dst), self.tensor(layer.dst).w
         if mode == "cols":  # column by column
             return dict(acc=acc, n_outer=wo, n_inner=rows, acc_so=rows, acc_si=1, out_so=1, out_si=dst.wp)
+        if mode == "pitch2":  # output (y, x) at line (2y + kh-1) * q + x + (kw-1) // 2
+            kh, kw = layer.weight.shape[2:]
+            q = self._phase_cols(layer, 0)
+            return dict(acc=acc + (kh - 1) * q + (kw - 1) // 2, n_outer=rows, n_inner=wo, acc_so=2 * q, acc_si=1,
+                        out_so=dst.wp, out_si=1)
         if mode == "pcols":  # column by column, output (y, x) at its last tap's line
             kh, kw = layer.weight.shape[2:]
             pitch = self._pcols_lines(layer, rows)[1]
@@ -712,6 +725,15 @@ class Codegen:
         (sh, sw), (dh, dw), (_, _, kh, kw) = layer.strides, layer.dilations, layer.weight.shape
         wp, wo = self.tensor(layer.src).wp, self.tensor(layer.dst).w
         return ((rows - 1) * sh + (kh - 1) * dh) * wp + (wo - 1) * sw + (kw - 1) * dw + 1
+
+    def _phase_cols(self, layer: ConvLayer, a: int) -> int:
+        """"pitch2": the padded input columns of phase a (x = a, a + 2, ...), the pitch of its GEMM."""
+        return (self.tensor(layer.src).wp - a + 1) // 2
+
+    def _pitch2_lines(self, layer: ConvLayer, rows: int) -> tuple[int, int]:
+        """"pitch2" for `rows` output rows: (padded input rows streamed, accumulator lines used)."""
+        n_rows = 2 * (rows - 1) + layer.weight.shape[2]
+        return n_rows, n_rows * self._phase_cols(layer, 0) + 1
 
     def _pcols_first(self, layer: ConvLayer) -> int:
         """"pcols": the first kernel column in the row-buffer GEMM. All when they fit the array's columns;
@@ -760,6 +782,9 @@ class Codegen:
             ntaps, skip, mode = dw
             if mode == "pitch":  # the row-buffer GEMM, then one over the outputs per tap it does not reach
                 gemm_tile = self._gemm_cycles(self._pitch_lines(layer, r)) + (ntaps - 1) * self._gemm_cycles(p)
+            elif mode == "pitch2":  # one GEMM per column phase over every padded row of the tile
+                n_rows = self._pitch2_lines(layer, r)[0]
+                gemm_tile = sum(self._gemm_cycles(n_rows * self._phase_cols(layer, a)) for a in range(ntaps))
             elif mode == "pcols":  # the row-buffer GEMM down the columns, then "cols" GEMMs
                 gemm_tile = self._gemm_cycles(self._pcols_lines(layer, r)[0]) + \
                     (ntaps - 1) * self._gemm_cycles(wo * (r + skip))
@@ -791,7 +816,7 @@ class Codegen:
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
         acc_cap = self.acc_lines // 2 if self.post_unit else self.acc_lines
         best = None
-        for mode in ("diag", "rows", "cols", "image", "pitch", "pcols"):
+        for mode in ("diag", "rows", "cols", "image", "pitch", "pcols", "pitch2"):
             taps = [None] * (layer.weight.shape[2] * layer.weight.shape[3]) if mode == "diag" else \
                 self._dw_taps(layer, wpad, 0, mode)
             if taps is None:
@@ -799,6 +824,11 @@ class Codegen:
             cap = most
             if mode in ("cols", "pcols") and not (layer.strides[0] * src.wp <= 127 and dst.wp <= 127):
                 continue  # act_si and the PPU's out_si are 8-bit fields
+            if mode == "pitch2":  # the accumulator lines of the phase streams within a half
+                cap = max((r for r in range(1, most + 1) if self._pitch2_lines(layer, r)[1] <= acc_cap
+                           and self._pitch2_lines(layer, r)[0] <= 4095), default=0)
+                if not cap:
+                    continue
             if mode == "pcols":  # the pitch (padded rows per column) within the row buffers, the lines in a half
                 cap = max((r for r in range(1, most + 1) if self._pcols_lines(layer, r)[1] <= self.dw_lines
                            and self._pcols_lines(layer, r)[0] <= min(acc_cap, 4095)), default=0)
@@ -849,6 +879,21 @@ class Codegen:
                         rest.append((ky, kx, cob, np.diag(diag(ky, kx)).astype(np.int8).tobytes(), 0, 0,
                                      layer.strides[1]))
             return [(-1, 0, cob, blk.tobytes(), 1, 0, 1)] + rest
+        if mode == "pitch2":  # GEMM.dwp at stride 2: one GEMM per column phase a, over the phase's columns
+            if not (self.dw_lines and layer.dilations == (1, 1) and layer.strides == (2, 2) and kh <= isa.DWP_ROWS
+                    and 2 <= kw <= 2 * (isa.DWP_TAPS - 1) and self._phase_cols(layer, 1) >= isa.DWP_MIN_PITCH
+                    and self._phase_cols(layer, 0) <= self.dw_lines):
+                return None
+            taps = []
+            for a in range(2):
+                kxs = list(range(a, kw, 2))
+                blk = np.zeros((n, n), np.int8)
+                for ky in range(kh):
+                    for kx in kxs:   # rows back in chains, phase columns back within one
+                        blk[:, isa.DWP_TAPS * (kh - 1 - ky) + (kxs[-1] - kx) // 2] = diag(ky, kx)
+                if blk.any():
+                    taps.append((-3, a, cob, blk.tobytes(), 1, 0, 1))
+            return taps
         if mode == "pcols":  # GEMM.dwp down the columns: tap (ky, kx) in column DWP_TAPS*(kw-1-kx) + kh-1-ky
             if not (self.dw_lines and layer.dilations == (1, 1) and layer.strides == (1, 1) and kh <= isa.DWP_TAPS
                     and kw <= isa.DWP_ROWS and 2 <= kw):

@@ -111,8 +111,8 @@ def test_depthwise_schedules_through_the_rtl():
 def test_depthwise_over_rows_through_the_rtl():
     """GEMM.dwp (docs/tile-v2.md): depthwise layers streaming whole padded rows through the two row buffers
     (8 of 9 taps in one GEMM, the ninth a diagonal GEMM over the outputs), stride 1 on a 14-wide image and
-    stride 2, on the bundled tile8x8: the tile.v's outputs and cycles equal the model's, the outputs the
-    int8 reference's."""
+    stride 2 (a GEMM per column phase, every other column: act_si = 2), on the bundled tile8x8: the tile.v's
+    outputs and cycles equal the model's, the outputs the int8 reference's."""
     from hwc.targets import load_target
     from qgraphs import QBuilder
 
@@ -130,7 +130,8 @@ def test_depthwise_over_rows_through_the_rtl():
     verify(g)
     art = build_tile(g, target, hdl=True)
     dwp = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM and i.get("dwp")]
-    assert {i.get("n_inner") for i in dwp} == {16}, "rows of the padded width"
+    assert any(i.get("n_inner") == 16 and i.get("act_si") == 1 for i in dwp), "rows of the padded width"
+    assert {i.get("n_inner") for i in dwp if i.get("act_si") == 2} == {8}, "stride 2: the column phases"
     feeds = {"x": np.random.default_rng(7).integers(-128, 128, (1, 5, 10, 14)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
 

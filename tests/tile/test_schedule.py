@@ -314,16 +314,17 @@ def test_depthwise_on_a_tall_narrow_image_streams_down_the_columns(stride):
     assert sum(i.get("n_outer") * i.get("n_inner") for i in dw) < row_wise
 
 
-@pytest.mark.parametrize("target,c,h,w,stride,down", [
-    ("tile8x8", 16, 12, 12, 1, False), ("tile8x8", 8, 25, 25, 1, False), ("tile8x8", 16, 13, 13, 2, False),
-    ("tile32x32", 32, 20, 20, 1, False), ("tile8x8", 16, 25, 5, 1, True)])
-def test_depthwise_over_rows(target, c, h, w, stride, down):
+@pytest.mark.parametrize("target,c,h,w,stride,kind", [
+    ("tile8x8", 16, 12, 12, 1, "rows"), ("tile8x8", 8, 25, 25, 1, "rows"), ("tile8x8", 16, 21, 21, 2, "phases"),
+    ("tile32x32", 32, 20, 20, 1, "rows"), ("tile8x8", 16, 25, 5, 1, "cols")])
+def test_depthwise_over_rows(target, c, h, w, stride, kind):
     """GEMM.dwp: one depthwise GEMM streams whole padded rows with 8 of the 9 taps (a kernel row in 3 columns,
     the rows a row pitch apart through the row buffers; on tile32x32 all 9), the ninth tap a diagonal GEMM
     over the outputs ("pitch"); on a tall narrow image it streams down the columns instead, 6 taps through the
     row buffers and the first kernel column in a "cols" GEMM ("pcols", DS-CNN's 25x5 maps: 297 lines per
-    channel block against 314). Exact against the int8 reference, chosen by the cost model, and it streams
-    fewer lines than the best schedule without the row buffers."""
+    channel block against 314); at stride 2 one GEMM per column phase over every other column ("pitch2": 6
+    taps and 3). Exact against the int8 reference, chosen by the cost model, and it streams fewer lines than
+    the best schedule without the row buffers."""
     from hwc import isa
 
     b = QBuilder(seed=c + h)
@@ -338,11 +339,14 @@ def test_depthwise_over_rows(target, c, h, w, stride, down):
         if t is TARGETS[target]:
             dwp = [i for i in prog if i.op == isa.Op.GEMM and i.get("dwp")]
             assert dwp, "the row buffers are used"
-            if down:  # down the columns: the pitch is the padded rows of a column, the next column a line on
+            if kind == "cols":  # down the columns: the pitch is the padded rows of a column, the next column a line on
                 assert all(i.get("act_si") == w + 2 and i.get("act_so") == 1 and i.get("n_inner") == h + 2
                            for i in dwp)
                 assert sum(i.get("n_outer") * i.get("n_inner") for i in prog if i.op == isa.Op.GEMM and i.get("dw")) \
                     == -(-c // 8) * ((w + 1) * (h + 2) + w * (h + 2))
+            elif kind == "phases":  # every other column of every padded row: the even and the odd ones
+                assert all(i.get("act_si") == 2 and i.get("act_so") == w + 2 for i in dwp)
+                assert {i.get("n_inner") for i in dwp} == {(w + 3) // 2, (w + 2) // 2}
             else:
                 assert all(i.get("n_inner") == w + 2 and i.get("act_si") == 1 for i in dwp), "rows of the padded width"
     assert lines[0] < lines[1], lines
