@@ -470,7 +470,7 @@ class Codegen:
         wpad = np.zeros((cbo * n, cbi * n, kh, kw), np.int8)
         wpad[:m, :c] = layer.weight
         dw_mode = (self.depthwise and layer.group == c == m and kw > 1 and src.s2d == dst.s2d == 1)
-        mode = "rows"   # depthwise: "diag", "rows", "cols", "image" or "pitch" (docs/tile-v2.md, "Depthwise schedules")
+        mode = "rows"   # depthwise: diag rows cols image pitch pcols pitch2 (docs/tile-v2.md, "Depthwise schedules")
         dw_cost = None
         if dw_mode and self.tiling in ("cost", "quarter"):  # ("quarter" tiles the other layers its own way)
             rows_per_tile, mode, dw_cost = self._dw_plan(layer, wpad, ho, wo, rows_per_tile)
@@ -737,8 +737,9 @@ class Codegen:
 
     def _pcols_first(self, layer: ConvLayer) -> int:
         """"pcols": the first kernel column in the row-buffer GEMM. All when they fit the array's columns;
-        otherwise from the second on (6 taps of a 3x3 on 8 columns), the first in a "cols" GEMM: it streams a
-        column fewer, which beats 8 taps and a diagonal ninth on images shorter than twice their width."""
+        otherwise from the second on (6 taps of a 3x3 on 8 columns), the first in a "cols" GEMM: that streams one
+        padded column fewer and the first kernel column's lines, against 8 taps and a diagonal ninth over the
+        outputs ("pitch" down the columns); it is shorter on images more than twice as tall as wide."""
         kh, kw = layer.weight.shape[2:]
         return 0 if isa.DWP_TAPS * (kw - 1) + kh <= self.n else 1
 
