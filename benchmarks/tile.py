@@ -125,8 +125,8 @@ def main(argv=None) -> None:
     print("|---|---|---:|---:|---:|---:|")
     for name, tn, m in rows:
         low = min(m['map_ceiling'], m['bus_ceiling'])
-        print(f"| {name} | {tn} | {m['util']:.1%} | {m['map_ceiling']:.1%} | {m['bus_ceiling']:.1%} | "
-              f"{m['util'] / low:.0%} |")
+        bus = f"{m['bus_ceiling']:.1%}" if m['bus_ceiling'] < 1 else "> 100%"
+        print(f"| {name} | {tn} | {m['util']:.1%} | {m['map_ceiling']:.1%} | {bus} | {m['util'] / low:.0%} |")
     sys.stdout.flush()
 
 
