@@ -20,13 +20,14 @@ request is performed by the memory one cycle later).
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hwc import isa
 
 from .gemm import GemmEngine
+from .loop import loop2d
 from .params import TileParams, field, opcode
 from .post import PostEngine
 
@@ -42,21 +43,25 @@ class FillEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p, op, w = self.p, isa.Op.FILL, self.word
-        addr = Signal(p.act_bits)
-        left = Signal(isa.LAYOUT[op]["count"][1].width)
+        # `rows` runs of `count` lines, `stride` lines apart: the two-level loop of every unit (hw/loop.py).
+        # The fields are captured in every cycle the engine is idle (an issue only comes then), so the wide
+        # enables start from the engine's own registers; `start` only sets `writing`.
+        writing = Signal()
         value = Signal(8)
-        writing = left != 0
-        with m.If(writing):
-            m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
-        with m.If(~self.busy):  # captured while idle (an issue only comes then); `start` sets the count
-            m.d.sync += [addr.eq(field(w, op, "addr")), value.eq(field(w, op, "value"))]
+        loop = loop2d(m, "fl", load=~self.busy, step=writing, n_outer=field(w, op, "rows"),
+                      n_inner=field(w, op, "count"),
+                      streams=[(field(w, op, "addr"), field(w, op, "stride"), Const(1, 2), p.act_bits)])
+        with m.If(~self.busy):
+            m.d.sync += value.eq(field(w, op, "value"))
         with m.If(self.start):
-            m.d.sync += left.eq(field(w, op, "count"))
+            m.d.sync += writing.eq(1)
+        with m.Elif(writing & loop.last):
+            m.d.sync += writing.eq(0)
         # the last write request is performed MEM_WRITE_LATENCY cycles later
         wpend = [Signal(name=f"wpend{i}") for i in range(isa.MEM_WRITE_LATENCY)]
         m.d.sync += [wpend[i].eq(writing if i == 0 else wpend[i - 1]) for i in range(len(wpend))]
         m.d.comb += [self.busy.eq(writing | Cat(*wpend).any()), self.act_we.eq(writing),
-                     self.act_addr.eq(Mux(writing, addr, 0)),
+                     self.act_addr.eq(Mux(writing, loop.ptrs[0], 0)),
                      self.act_wdata.eq(Mux(writing, value.replicate(p.n), 0))]
         return m
 

@@ -57,7 +57,7 @@ def _ranges(w, p: TileParams, ni_dw=None) -> dict:
     """op -> list of (base, n_outer, outer stride, n_inner, inner stride, limit) for every address stream."""
     O = isa.Op
     ext = 1 << DRAM_ADDR_BITS
-    one, zero = Const(1, 2), Const(0, 2)
+    one = Const(1, 2)
 
     def f(op, name):
         return field(w, op, name)
@@ -86,7 +86,7 @@ def _ranges(w, p: TileParams, ni_dw=None) -> dict:
                 (f(O.VEC, "b"), loops[O.VEC][0], f(O.VEC, "in_so"), loops[O.VEC][1], f(O.VEC, "in_si"), p.act_lines),
                 (f(O.VEC, "out"), loops[O.VEC][0], f(O.VEC, "out_so"), loops[O.VEC][1], f(O.VEC, "out_si"),
                  p.act_lines)],
-        O.FILL: [(f(O.FILL, "addr"), one, zero, f(O.FILL, "count"), one, p.act_lines)],
+        O.FILL: [(f(O.FILL, "addr"), f(O.FILL, "rows"), f(O.FILL, "stride"), f(O.FILL, "count"), one, p.act_lines)],
     }
 
 
@@ -120,7 +120,7 @@ def _flags(w, p: TileParams, ni_dw=None) -> dict:
         O.PPU: (zero(O.PPU, "n_outer", "n_inner"), f(O.PPU, "param") >= p.param_entries),
         O.VEC: (zero(O.VEC, "n_outer", "n_inner") | (f(O.VEC, "op") > max(isa.VecOp)),
                 f(O.VEC, "param") >= p.param_entries),
-        O.FILL: (zero(O.FILL, "count"), Const(0, 1)),
+        O.FILL: (zero(O.FILL, "count", "rows"), Const(0, 1)),
     }
 
 

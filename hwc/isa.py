@@ -183,8 +183,11 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
     ),
     Op.FILL: (
         F("addr", 16, "first ACT line"),
-        F("count", 16, "number of lines"),
+        F("count", 16, "number of lines per run"),
         F("value", 8, "byte written to every lane (int8 as two's complement)"),
+        F("rows", 12, "number of runs (`count` lines each, `stride` lines apart): a tensor's halo, row by row",
+          default=1),
+        F("stride", 16, "ACT lines from a run to the next", default=0),
     ),
 }
 
@@ -354,7 +357,7 @@ class Timing:
                idle at stream_end + GEMM_LATENCY
       PPU      busy PPU_OVERHEAD + P
       VEC      busy VEC_OVERHEAD + VEC_CYCLES_PER_LINE * P
-      FILL     busy FILL_OVERHEAD + count
+      FILL     busy FILL_OVERHEAD + rows * count
     """
 
     N: int                   # array size

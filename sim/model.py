@@ -172,7 +172,7 @@ class TileModel:
         elif op == Op.VEC:
             counts, bad = (f["n_outer"], f["n_inner"]), f["op"] > max(isa.VecOp)
         elif op == Op.FILL:
-            counts, bad = (f["count"],), False
+            counts, bad = (f["count"], f["rows"]), False
         else:
             return E.NONE
         if bad or 0 in counts:
@@ -197,7 +197,7 @@ class TileModel:
             return [(f["a"], no, f["in_so"], ni, f["in_si"], self.act_lines),
                     (f["b"], no, f["in_so"], ni, f["in_si"], self.act_lines),
                     (f["out"], no, f["out_so"], ni, f["out_si"], self.act_lines)]
-        return [(f["addr"], 1, 0, f["count"], 1, self.act_lines)]  # FILL
+        return [(f["addr"], f["rows"], f["stride"], f["count"], 1, self.act_lines)]  # FILL
 
     def _scalars_ok(self, op: int, f: dict) -> bool:
         if op == Op.GEMM:
@@ -310,8 +310,9 @@ class TileModel:
                     end = ti + t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * f["n_outer"] * f["n_inner"]
                     self._vec(f)
                 else:
-                    end = ti + t.FILL_OVERHEAD + f["count"]
-                    self.act[f["addr"]:f["addr"] + f["count"]] = np.int8(np.uint8(f["value"]).view(np.int8))
+                    end = ti + t.FILL_OVERHEAD + f["rows"] * f["count"]
+                    idx = _grid(f["addr"], f["rows"], f["stride"], f["count"], 1)
+                    self.act[idx] = np.int8(np.uint8(f["value"]).view(np.int8))
                 start = ti
                 if self.post_unit:
                     post_end = end

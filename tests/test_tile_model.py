@@ -111,6 +111,21 @@ def test_fetch_fifo_credits():
     assert issue[d + 2] - issue[d + 1] == 1 and issue[2 * d + 1] > issue[2 * d] + 1
 
 
+def test_strided_fill_writes_its_runs_only():
+    """FILL.rows / FILL.stride (a halo: a row's right pad and the next row's left pad): `rows` runs of `count`
+    lines, `stride` apart, nothing between them; busy FILL_OVERHEAD + rows * count (by hand)."""
+    t = v1_target("tile8x8")
+    T = isa.Timing.from_target(t)
+    insns = [isa.make(Op.FILL, addr=0, count=12, value=7),
+             isa.make(Op.FILL, Wait.COMPUTE, addr=1, count=2, value=0xFE, rows=3, stride=4),
+             isa.make(Op.STORE, Wait.COMPUTE, dram=40, sram=0, rows=1, row_beats=12, dram_stride=0, sram_stride=0),
+             isa.make(Op.FINISH, Wait.ALL)]
+    res, dram = _run(t, _prog(t, insns))
+    lines = np.frombuffer(bytes(dram[40 * 8:52 * 8]), np.uint8).reshape(12, 8)[:, 0].tolist()
+    assert lines == [7, 0xFE, 0xFE, 7, 7, 0xFE, 0xFE, 7, 7, 0xFE, 0xFE, 7]
+    assert res.end[1] - res.issue[1] == T.FILL_OVERHEAD + 3 * 2
+
+
 def test_act_port_exclusion_between_load_and_store():
     t = v1_target("tile8x8")
     T = isa.Timing.from_target(t)
@@ -143,6 +158,8 @@ ACT8, PARAMS8 = T8["scratchpad"]["act_lines"], T8["scratchpad"]["param_entries"]
     (isa.make(Op.STORE, dram=(1 << 28) - 2, sram=0, rows=1, row_beats=4, dram_stride=0, sram_stride=0),
      E.OUT_OF_RANGE),
     (isa.make(Op.FILL, addr=0, count=0, value=0), E.BAD_FIELD),
+    (isa.make(Op.FILL, addr=0, count=2, value=0, rows=0, stride=4), E.BAD_FIELD),
+    (isa.make(Op.FILL, addr=ACT8 - 11, count=2, value=0, rows=3, stride=5), E.OUT_OF_RANGE),  # last line ACT8
 ])
 def test_errors(bad, code):
     t = v1_target("tile8x8")

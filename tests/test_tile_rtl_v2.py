@@ -96,7 +96,7 @@ class RandomProgram:
             rd |= {("param", f["param"] * self.peb + b) for b in range(self.peb)}
             wr |= grid("act", f["out"], f["n_outer"], f["out_so"], f["n_inner"], f["out_si"])
         elif op == Op.FILL:
-            wr |= {("act", f["addr"] + k) for k in range(f["count"])}
+            wr |= grid("act", f["addr"], f["rows"], f["stride"], f["count"], 1)
         return rd, wr
 
     def emit(self, op, extra_wait=Wait.NONE, /, **f) -> bool:
@@ -206,10 +206,11 @@ class RandomProgram:
             out, out_so, out_si = self._out(no, ni, lines(a) | lines(b))
             return self.emit(Op.VEC, op=int(r.integers(0, 2)), a=a, b=b, out=out, n_outer=no, n_inner=ni,
                              in_so=so, in_si=si, out_so=out_so, out_si=out_si, param=int(r.integers(0, self.PE)))
-        if kind == "fill":
-            count = int(r.integers(1, 12))
-            return self.emit(Op.FILL, addr=int(r.integers(0, self.ACT - count)), count=count,
-                             value=int(r.integers(0, 256)))
+        if kind == "fill":  # one run, or strided runs (a halo: a row's right pad and the next row's left pad)
+            count, rows = int(r.integers(1, 12)), int(r.integers(1, 5)) if r.random() < 0.5 else 1
+            stride = int(r.integers(count, count + 6)) if rows > 1 else 0
+            return self.emit(Op.FILL, addr=int(r.integers(0, self.ACT - count - (rows - 1) * stride)), count=count,
+                             value=int(r.integers(0, 256)), rows=rows, stride=stride)
         if kind == "store":
             rows, rb = int(r.integers(1, 3)), int(r.integers(1, 9))
             ok = self.emit(Op.STORE, dram=self.out_next, sram=int(r.integers(0, self.ACT - 2 * rb)), rows=rows,
@@ -390,6 +391,8 @@ def test_v2_random_programs_cover_the_v2_features(rtl):
     assert dw >= 20 and skips >= 10 and overlap >= 10 and lag >= 10 and lag_waited >= 2, \
         (dw, skips, overlap, lag, lag_waited)
     assert deep >= 8 and deep_waited >= 4, (deep, deep_waited)
+    strided = [i for k in range(N_RANDOM) for i in wls[f"rand{k}"].program if i.op == Op.FILL and i.get("rows") > 1]
+    assert len(strided) >= 5, len(strided)
     dwp = [i for k in range(N_RANDOM) for i in wls[f"rand{k}"].program if i.op == Op.GEMM and i.get("dwp")]
     assert len(dwp) >= 10 and any(i.get("n_outer") > 2 for i in dwp), len(dwp)   # lines two rows back
 

@@ -49,6 +49,9 @@ MIN_CHUNK_LINES = 64
 #: The params after the first weight group's load in parts of at least this many beats, one at a time
 #: where the LOAD unit has room (a single big LOAD would block the issue when a PPU first needs it).
 PARAM_PART_BEATS = 256
+#: A tensor's halo between its first and last rows (a row's right pad and the next row's left pad) is filled by
+#: strided FILLs of up to this many runs: one FILL per row cost its issue overhead per row on POST.
+HALO_ROWS_PER_FILL = 16
 #: The first weight group grows over its layer while its weights load in at most 1/FIRST_GROUP_SHARE of its
 #: estimated compute (`Codegen.weighted`).
 FIRST_GROUP_SHARE = 4
@@ -250,7 +253,7 @@ class Codegen:
             needs = self._needed_chunks(needs, region)
         writes = (region or _EVERYWHERE) if opcode in (Op.PPU, Op.VEC, Op.FILL) else None
         g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait, writes))
-        lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
+        lines = _lines(fields)
         # the group's compute time, which the next group's LOAD must fit in: the array's (v2: the PPU and VEC run
         # beside it; counting them made groups too large to load in time: DS-CNN tile32x32 41.7 -> 43.6% without)
         if opcode == Op.GEMM:
@@ -275,7 +278,7 @@ class Codegen:
 
     def _estimate(self, opcode: Op, fields: dict, wait: Wait = Wait.NONE) -> None:
         """v2: a rough clock of the GEMM stream and of POST, to place dripped FILLs where POST is idle."""
-        t, lines = self.timing, fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
+        t, lines = self.timing, _lines(fields)
         if opcode == Op.GEMM:
             if wait & Wait.POST:
                 self._clock[0] = max(self._clock)
@@ -300,9 +303,9 @@ class Codegen:
         # the next GEMM must issue by about gemm_start + lines - PRELOAD; FILLs issue once POST is free
         room = gemm_start + lines + (t.GEMM_LATENCY if drains else -t.PRELOAD - 4) - max(self._clock[1], gemm_start)
         while self._drip and room > 0:
-            _, region, addr, count, value = self._drip.pop(0)
-            room -= t.FILL_OVERHEAD + count + 2
-            self._emit_fill(g, region, addr, count, value)
+            _, region, addr, count, value, rows, stride = self._drip.pop(0)
+            room -= t.FILL_OVERHEAD + rows * count + 2
+            self._emit_fill(g, region, addr, count, value, rows, stride)
 
     def _fills_before(self, g: Group, read) -> None:
         """Before a GEMM reading `read`: the pending FILLs up to the last one it reads (it then waits POST)."""
@@ -321,14 +324,15 @@ class Codegen:
             for d in take:
                 self._emit_fill(g, *d[1:])
 
-    def _emit_fill(self, g: Group, region, addr: int, count: int, value: int) -> None:
+    def _emit_fill(self, g: Group, region, addr: int, count: int, value: int, rows: int = 1, stride: int = 0) -> None:
         self._post_writes = region
-        self._estimate(Op.FILL, {"count": count})
-        g.compute.append(Emitted((Op.FILL, {"addr": addr, "count": count, "value": value}), frozenset(),
+        self._estimate(Op.FILL, {"count": rows * count})
+        g.compute.append(Emitted((Op.FILL, {"addr": addr, "count": count, "value": value, "rows": rows,
+                                            "stride": stride}), frozenset(),
                                  self.layer, Wait.NONE, region or _EVERYWHERE))
         # (the group estimate counts dripped FILLs, unlike PPU/VEC: without them MobileNet tile32x32 measured
         # 22.1 -> 21.8%, DS-CNN tile8x8 78.8 -> 79.1%)
-        g.est += count + 2
+        g.est += rows * count + 2
 
     def flush_fills(self, g: Group | None = None, before: int | None = None) -> None:
         """v2: the pending halo FILLs (of layers before `before`; None: all). A layer's output halo may be
@@ -442,16 +446,21 @@ class Codegen:
             return []
         pt, pl, pb, pr = t.pads
         runs = []
+        step = HALO_ROWS_PER_FILL
         for cb in range(t.cb):
-            spans = [(t.line(cb, -pt, -pl), pt * t.wp + pl, -pt, 1)]
-            spans += [(t.line(cb, y, t.w), pr + pl, y, y + 2) for y in range(t.h - 1)]
-            spans.append((t.line(cb, t.h - 1, t.w), pr + pb * t.wp, t.h - 1, t.h + pb))
-            runs += [((t.name, cb, y0, y1), addr, count, t.fill & 0xFF) for addr, count, y0, y1 in spans if count]
+            # (first line, lines per run, runs, first row touched, end row): the rows between the first and the
+            # last in strided FILLs of up to HALO_ROWS_PER_FILL runs, a row pitch apart
+            spans = [(t.line(cb, -pt, -pl), pt * t.wp + pl, 1, -pt, 1)]
+            spans += [(t.line(cb, y, t.w), pr + pl, min(step, t.h - 1 - y), y, min(y + step, t.h - 1) + 1)
+                      for y in range(0, t.h - 1, step)]
+            spans.append((t.line(cb, t.h - 1, t.w), pr + pb * t.wp, 1, t.h - 1, t.h + pb))
+            runs += [((t.name, cb, y0, y1), addr, count, t.fill & 0xFF, rows, t.wp)
+                     for addr, count, rows, y0, y1 in spans if count]
         return runs
 
     def fill_halo(self, g: Group, t: TileTensor) -> None:
-        for region, addr, count, value in self._halo_runs(t):
-            self.compute(g, Op.FILL, region=region, addr=addr, count=count, value=value)
+        for region, addr, count, value, rows, stride in self._halo_runs(t):
+            self.compute(g, Op.FILL, region=region, addr=addr, count=count, value=value, rows=rows, stride=stride)
 
     def emit_conv(self, layer: ConvLayer, loads: dict) -> None:
         n = self.n
@@ -1248,7 +1257,7 @@ class Codegen:
                  row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
 
         def early_stores(e, op, fields):
-            lines = fields.get("n_outer", 1) * fields.get("n_inner", fields.get("count", 1))
+            lines = _lines(fields)
             if op == Op.GEMM:
                 for p in pending:
                     p[2] -= self._gemm_cycles(lines)
@@ -1326,6 +1335,11 @@ class Codegen:
             rec["insns"] = [min(idx), max(idx) + 1] if idx else [0, 0]
             del rec["groups"]
         return TileProgram(prog, dram, regions, inputs, outputs, io_off, act, layer_records, insn_layer)
+
+
+def _lines(fields: dict) -> int:
+    """The lines a GEMM, PPU or VEC loops over, or a FILL writes."""
+    return fields.get("n_outer", fields.get("rows", 1)) * fields.get("n_inner", fields.get("count", 1))
 
 
 def _tile_list(ho: int, r: int) -> list[tuple[int, int]]:
