@@ -241,7 +241,8 @@ class PostEngine(wiring.Component):
         pbase = Signal(p.param_bits)
         k = Signal(range(peb + 1))   # PARAM beats requested
         preg = Signal(peb * p.beat_bits, reset_less=True)
-        slot = Signal(range(3))      # VEC frame slot: 0 read a, 1 read b, 2 write
+        slot = Signal(3)             # VEC frame slot, one-hot: 0 read a, 1 read b, 2 write
+        run = Signal()               # state == STREAM, as a register of its own: `step` is one LUT from flip-flops
 
         # one loop, three address streams: PPU (ACC in, -, ACT out); VEC (a, b, out)
         def sel(name_vec, name_ppu):
@@ -293,21 +294,21 @@ class PostEngine(wiring.Component):
         z_out, lo, hi = byte(9 * n).as_signed(), byte(9 * n + 1).as_signed(), byte(9 * n + 2).as_signed()
         za, zb, ma, mb = i32(0), i32(4), i32(4 * n), i32(4 * n + 4)
         with m.If(state == PREP):
-            m.d.sync += [state.eq(STREAM), slot.eq(0)]
+            m.d.sync += [state.eq(STREAM), run.eq(1), slot.eq(1)]
             for lane in range(n):
                 sh = clamp_sh(Mux(is_vec, byte(8 * n), byte(8 * n + lane)))
                 m.d.sync += shm1[6 * lane:6 * lane + 6].eq(sh - 1)
 
         # ---- STREAM ----
-        streaming = state == STREAM
+        streaming = run
         ppu_read = streaming & ~is_vec
-        vec_a = streaming & is_vec & (slot == 0)
-        vec_b = streaming & is_vec & (slot == 1)
-        m.d.comb += step.eq(ppu_read | vec_b)
+        vec_a = streaming & is_vec & slot[0]
+        vec_b = streaming & is_vec & slot[1]
+        m.d.comb += step.eq(streaming & (~is_vec | slot[1]))
         with m.If(streaming & is_vec):
-            m.d.sync += slot.eq(Mux(slot == 2, 0, slot + 1))
+            m.d.sync += slot.eq(slot.rotate_left(1))
         with m.If(step & loop.last):
-            m.d.sync += state.eq(DRAIN)
+            m.d.sync += [state.eq(DRAIN), run.eq(0)]
         m.d.comb += self.acc_raddr.eq(Mux(ppu_read, in_ptr[:p.acc_bits], 0))
         # a token enters the pipe ML cycles after its read, with the read data
         tvs = [Signal(name=f"tv{i}") for i in range(ML)]
@@ -341,5 +342,5 @@ class PostEngine(wiring.Component):
             m.d.sync += [k.eq(0), is_vec.eq(w_vec), op_max.eq(w_vec & (field(w, vec, "op") == isa.VecOp.MAX)),
                          pbase.eq(times_const(Mux(w_vec, field(w, vec, "param"), field(w, ppu, "param")), peb))]
         with m.If(self.start):  # last: wins over the DRAIN -> IDLE transition
-            m.d.sync += state.eq(PARAM)
+            m.d.sync += [state.eq(PARAM), run.eq(0)]
         return m
