@@ -275,7 +275,8 @@ class PostEngine(wiring.Component):
             for b in range(peb):
                 with m.If(pidx[-1] == b):
                     m.d.sync += preg[b * p.beat_bits:(b + 1) * p.beat_bits].eq(self.param_data)
-        with m.If((state == PARAM) & pvalid[-1] & (pidx[-1] == peb - 1)):  # the last beat lands now
+        last_beat = (state == PARAM) & pvalid[-1] & (pidx[-1] == peb - 1)   # the last beat lands now
+        with m.If(last_beat):
             m.d.sync += state.eq(PREP)
 
         # ---- PREP: lane parameters from the entry (layout: hwc.isa.pack_param_entry) ----
@@ -293,10 +294,17 @@ class PostEngine(wiring.Component):
         shm1 = Signal(6 * n, reset_less=True)
         z_out, lo, hi = byte(9 * n).as_signed(), byte(9 * n + 1).as_signed(), byte(9 * n + 2).as_signed()
         za, zb, ma, mb = i32(0), i32(4), i32(4 * n), i32(4 * n + 4)
+        # shift - 1 in two steps: the lane's shift byte (the VEC's is lane 0's) is selected when the last beat
+        # lands (the shift bytes are in an earlier beat), then clamped and decremented in PREP
+        assert (9 * n - 1) // p.beat_bytes < peb - 1, "the shift bytes must land before the entry's last beat"
+        sh_sel = Signal(8 * n, reset_less=True)
+        with m.If(last_beat):
+            m.d.sync += [sh_sel[8 * lane:8 * lane + 8].eq(Mux(is_vec, byte(8 * n), byte(8 * n + lane)))
+                         for lane in range(n)]
         with m.If(state == PREP):
             m.d.sync += [state.eq(STREAM), run.eq(1), slot.eq(1)]
             for lane in range(n):
-                sh = clamp_sh(Mux(is_vec, byte(8 * n), byte(8 * n + lane)))
+                sh = clamp_sh(sh_sel[8 * lane:8 * lane + 8])
                 m.d.sync += shm1[6 * lane:6 * lane + 6].eq(sh - 1)
 
         # ---- STREAM ----
