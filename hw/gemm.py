@@ -139,7 +139,7 @@ class GemmEngine(wiring.Component):
             st_sk = Signal(3)
             st_j0 = Signal()  # the current line is the first of its inner loop (GEMM.dwp: of the GEMM)
             st_dwp = Signal()
-            st_pitch = Signal(12, reset_less=True)   # GEMM.dwp: the row pitch, n_inner
+            st_pitch = Signal(pre["n_inner"].shape(), reset_less=True)   # GEMM.dwp: the row pitch, n_inner
             writes = st_sk == 0
         loop = loop2d(m, "st", load=transfer, step=st_active, n_outer=pre["n_outer"], n_inner=pre["n_inner"],
                       streams=[(pre["act"], pre["act_so"], pre["act_si"], p.act_bits),
@@ -286,7 +286,7 @@ class GemmEngine(wiring.Component):
         until the GEMM has streamed k * P lines (a line counter from the GEMM's first line)."""
         # the controls of the line entering xreg next cycle: its dwp bit, its pitch, its index in the GEMM
         tp = [Signal(name=f"t{k}_dwp") for k in range(kx + 1)]
-        tq = [Signal(12, name=f"t{k}_pitch", reset_less=True) for k in range(kx + 1)]
+        tq = [Signal(st_pitch.shape(), name=f"t{k}_pitch", reset_less=True) for k in range(kx + 1)]
         m.d.comb += [tp[0].eq(st_dwp), tq[0].eq(st_pitch)]
         m.d.sync += [tp[k + 1].eq(tp[k]) for k in range(kx)] + [tq[k + 1].eq(tq[k]) for k in range(kx)]
         m.d.sync += dwp_sel.eq(tp[kx - 1])
