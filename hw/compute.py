@@ -140,21 +140,17 @@ class ComputeUnit(wiring.Component):
                          self.acc_we.eq(gemm.acc_we),
                          self.wgt_addr.eq(gemm.wgt_addr), gemm.wgt_data.eq(self.wgt_data)]
             return m
-        m.submodules.post = post = PostEngine(p)
-        m.submodules.fill = fill = FillEngine(p)
+        # tile v1: PPU/VEC/FILL share the GEMM's issue slot (a GEMM is accepted while they are idle)
+        m.submodules.post = post = PostUnit(p)
         op = opcode(self.word)
-        for eng, ops in ((gemm, (isa.Op.GEMM,)), (post, (isa.Op.PPU, isa.Op.VEC)), (fill, (isa.Op.FILL,))):
-            hit = 0
-            for o in ops:
-                hit = hit | (op == o)
-            m.d.comb += [eng.start.eq(self.start & hit), eng.word.eq(self.word)]
         m.d.comb += [
-            self.accept_gemm.eq(gemm.accept & ~post.busy & ~fill.busy),
-            self.busy.eq(gemm.busy | post.busy | fill.busy),
-            self.act_addr.eq(gemm.act_addr | post.act_addr | fill.act_addr),
-            self.act_we.eq(post.act_we | fill.act_we),
-            self.act_wdata.eq(post.act_wdata | fill.act_wdata),
-            gemm.act_data.eq(self.act_rdata), post.act_data.eq(self.act_rdata),
+            gemm.start.eq(self.start & (op == isa.Op.GEMM)), gemm.word.eq(self.word),
+            post.start.eq(self.start & (op != isa.Op.GEMM)), post.word.eq(self.word),
+            self.accept_gemm.eq(gemm.accept & ~post.busy),
+            self.busy.eq(gemm.busy | post.busy),
+            self.act_addr.eq(gemm.act_addr | post.act_addr),
+            self.act_we.eq(post.act_we), self.act_wdata.eq(post.act_wdata),
+            gemm.act_data.eq(self.act_rdata), post.act_rdata.eq(self.act_rdata),
             self.acc_raddr.eq(gemm.acc_raddr | post.acc_raddr),
             gemm.acc_rdata.eq(self.acc_rdata), post.acc_rdata.eq(self.acc_rdata),
             self.acc_waddr.eq(gemm.acc_waddr), self.acc_wdata.eq(gemm.acc_wdata), self.acc_we.eq(gemm.acc_we),

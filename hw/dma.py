@@ -126,9 +126,15 @@ class StoreEngine(wiring.Component):
         # reads in flight: ACT data arrives ML cycles after the read request
         pending = [Signal(name=f"pending{i}") for i in range(ML)]
         pend_addr = [Signal(DRAM_ADDR_BITS, name=f"pend_addr{i}", reset_less=True) for i in range(ML)]
-        inflight = sum(pending[i] for i in range(ML))
-        room = (fifo.level + inflight) < STORE_FIFO_DEPTH
+        # FIFO entries taken, the reads in flight included (= fifo.level + the pending reads), as a
+        # register of its own: `room` is then one compare of flip-flops, not an adder behind the FIFO's
+        # level (the routed critical path of tile8x8 ran from `pending` through that adder into ACT
+        # port B's address register)
+        taken = Signal(range(STORE_FIFO_DEPTH + 1))
+        room = taken < STORE_FIFO_DEPTH
         rd = active & room
+        pop = fifo.r_en & fifo.r_rdy
+        m.d.sync += taken.eq(taken + rd - pop)
         # fields captured in every cycle the read side is idle (see LoadEngine)
         loop = loop2d(m, "st", load=~active, step=rd,
                       n_outer=field(w, op, "rows"), n_inner=field(w, op, "row_beats"),

@@ -59,10 +59,8 @@ class TileParams:
                    read_latency=target["bus"]["read_latency"], fifo_depth=target["decoder"]["fifo_depth"],
                    act_lines=sp["act_lines"], acc_lines=sp["acc_lines"], wgt_bank_blocks=sp["wgt_bank_blocks"],
                    param_entries=sp["param_entries"],
-                   post_unit=bool(target.get("features", {}).get("post_unit")),
-                   depthwise=bool(target.get("features", {}).get("depthwise")),
-                   wgt_read_rows=sp.get("wgt_read_rows", 1),
-                   dw_lines=sp.get("dw_line_buffer", 0) if target.get("features", {}).get("depthwise") else 0)
+                   post_unit=target["features"]["post_unit"], depthwise=target["features"]["depthwise"],
+                   wgt_read_rows=sp["wgt_read_rows"], dw_lines=sp["dw_line_buffer"])  # (schema defaults)
 
     # ---- derived sizes ----
     @property

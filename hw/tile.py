@@ -208,7 +208,12 @@ class Tile(wiring.Component):
         pc = Signal(PC_BITS)
         busy = running | fetch.busy | load.busy | store.busy | cmp.busy
         if p.post_unit:
-            busy = busy | post.busy
+            # POST's busy through the issue stage's register (post_busy_q, below): POST's busy is a
+            # wide OR of its pipeline's valid bits, placed far from the status logic (routed critical
+            # path of tile8x8). Only differs from POST's own busy after a fault, where `busy` falls one
+            # cycle later: FINISH waits for POST idle, so `running` covers it otherwise.
+            post_busy = Signal(name="post_busy_q")
+            busy = busy | post_busy
         # `start` is accepted when the tile was not busy in the previous cycle (nor started in it): a
         # register, so the wide start logic does not wait for the busy signals of every unit
         busy_q = Signal()
@@ -242,7 +247,6 @@ class Tile(wiring.Component):
         idle = {isa.Wait.LOAD: ~load_busy, isa.Wait.COMPUTE: ~cmp_busy, isa.Wait.STORE: ~store_busy}
         if v2:
             to_post = issue & kind["compute"]
-            post_busy = Signal(name="post_busy_q")
             m.d.sync += post_busy.eq(post.busy | to_post)
             idle[isa.Wait.POST] = ~post_busy
             # PPU.lag: every GEMM but the latest issued has completed (a GEMM issued while others are in
@@ -281,8 +285,9 @@ class Tile(wiring.Component):
                      load.start.eq(to_load), load.word.eq(word),
                      store.start.eq(to_store), store.word.eq(word),
                      cmp.start.eq(to_cmp), cmp.word.eq(word),
-                     self.dbg_issue.eq(issue), self.dbg_pc.eq(pc),
-                     self.dbg_unit_busy.eq(Cat(load.busy, cmp.busy, store.busy, *([post.busy] if v2 else [])))]
+                     self.dbg_issue.eq(issue), self.dbg_pc.eq(pc)]
+        # the units' busy signals of the previous cycle (a register: the units sit far apart)
+        m.d.sync += self.dbg_unit_busy.eq(Cat(load.busy, cmp.busy, store.busy, *([post.busy] if v2 else [])))
         if v2:
             m.d.comb += [post.start.eq(to_post), post.word.eq(word)]
         with m.If(issue):

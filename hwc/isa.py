@@ -384,7 +384,7 @@ class Timing:
         ml, wl = MEM_LATENCY, MEM_WRITE_LATENCY
         return cls(N=n, LM=lm, FIFO_DEPTH=target["decoder"]["fifo_depth"], PARAM_ENTRY_BEATS=peb,
                    FETCH_LATENCY=lm + PREDECODE_STAGES + 2, LOAD_OVERHEAD=2 + wl, STORE_OVERHEAD=2 + ml,
-                   PRELOAD=preload_cycles(n, target["scratchpad"].get("wgt_read_rows", 1)),
+                   PRELOAD=preload_cycles(n, target["scratchpad"]["wgt_read_rows"]),
                    GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
                    PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
                    VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,

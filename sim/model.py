@@ -141,10 +141,10 @@ class TileModel:
         self.wgt_rows = self.wgt_blocks * self.n
         self.param_entries = sp["param_entries"]
         self.param_beats = self.param_entries * self.t.PARAM_ENTRY_BEATS
-        feats = target.get("features", {})
-        self.post_unit = bool(feats.get("post_unit"))    # docs/tile-v2.md: PPU/VEC/FILL in their own unit
-        self.depthwise = bool(feats.get("depthwise"))    # docs/tile-v2.md: GEMM.dw
-        self.dw_lines = sp.get("dw_line_buffer", 0) if self.depthwise else 0   # GEMM.dwp: rows of up to this
+        feats = target["features"]  # (validated: hwc/targets/tile_schema.py fills the defaults)
+        self.post_unit = feats["post_unit"]    # docs/tile-v2.md: PPU/VEC/FILL in their own unit
+        self.depthwise = feats["depthwise"]    # docs/tile-v2.md: GEMM.dw
+        self.dw_lines = sp["dw_line_buffer"]   # GEMM.dwp: rows of up to this
         self.reset()
 
     def reset(self) -> None:

@@ -88,7 +88,7 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
     """Generate the segment's candidate programs: with a post-processing unit, each pixel-tiling policy with
     both LOAD placements, timed by the cycle model (it runs a program in a fraction of a second; `schedule`
     keeps one, `_pick`). `fixed`: the policies to use instead. Returns [(cycles, plan, program, choice)]."""
-    policies = ("cost", "quarter", "max") if target.get("features", {}).get("post_unit") else ("cost",)
+    policies = ("cost", "quarter", "max") if target["features"]["post_unit"] else ("cost",)
     found = []
     for policy in policies:
         if fixed is not None and policy != fixed["tiling"]:

@@ -116,10 +116,10 @@ def _input_chunks(t: TileTensor, step: int) -> list[tuple[int, int, int, int]]:
 class Codegen:
     def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0,
                  tiling: str = "cost", lag_ppu: bool = True):
-        feats = target.get("features", {})
-        self.post_unit = bool(feats.get("post_unit"))   # v2: PPU/VEC/FILL overlap the array
-        self.depthwise = bool(feats.get("depthwise"))   # v2: GEMM.dw
-        self.dw_lines = target["scratchpad"].get("dw_line_buffer", 0) if self.depthwise else 0  # GEMM.dwp rows
+        feats = target["features"]  # (validated: hwc/targets/tile_schema.py fills the defaults)
+        self.post_unit = feats["post_unit"]   # v2: PPU/VEC/FILL overlap the array
+        self.depthwise = feats["depthwise"]   # v2: GEMM.dw
+        self.dw_lines = target["scratchpad"]["dw_line_buffer"]  # GEMM.dwp rows
         self.tiling = tiling          # v2 pixel-tile policy: "cost" (model), "quarter" or "max"
         self._halo_pending = None     # v2: output halo FILLs wait for the layer's first PPU
         self._drip: list[tuple] = []  # v2: halo FILL runs not yet emitted (dripped between GEMMs)
