@@ -364,6 +364,8 @@ class Codegen:
                     for t in ts:
                         if t.fill is None and any(t.pads):
                             t.fill = t.zp
+        for t in self.plan.tensors.values():
+            t.share_pad_column()
 
     # ---- 2. ACT memory plan ---------------------------------------------------------------
     def _fusable_adds(self) -> dict[int, AddLayer]:
@@ -453,7 +455,8 @@ class Codegen:
             spans = [(t.line(cb, -pt, -pl), pt * t.wp + pl, 1, -pt, 1)]
             spans += [(t.line(cb, y, t.w), pr + pl, min(step, t.h - 1 - y), y, min(y + step, t.h - 1) + 1)
                       for y in range(0, t.h - 1, step)]
-            spans.append((t.line(cb, t.h - 1, t.w), pr + pb * t.wp, 1, t.h - 1, t.h + pb))
+            spans.append((t.line(cb, t.h - 1, t.w), pr + pb * t.wp + t.tail, 1, t.h - 1,
+                          t.h + pb))
             runs += [((t.name, cb, y0, y1), addr, count, t.fill & 0xFF, rows, t.wp)
                      for addr, count, rows, y0, y1 in spans if count]
         return runs
@@ -653,7 +656,8 @@ class Codegen:
             even = [rest // k + (j < rest % k) for j in range(k)]   # the other rows in tiles of equal size
             for sizes in ([min(r, rest - y) for y in range(0, rest, r)], even):
                 cand = [(0, first)] + [(first + sum(sizes[:j]), sz) for j, sz in enumerate(sizes)]
-                best = min(best, (cost(cand), cand), key=lambda b: b[0])
+                if self._tiles_fit(layer, mode, cand):
+                    best = min(best, (cost(cand), cand), key=lambda b: b[0])
         return best[1]
 
     def _gemm_fields(self, layer: ConvLayer, mode: str, oy0: int, rows: int, kk: int, off: int, cib: int,
@@ -687,9 +691,10 @@ class Codegen:
         if mode == "pitch":  # GEMM.dwp: whole padded rows, n_inner = the row pitch; kk < 0 marks that GEMM
             y0 = oy0 * sh - pt
             kh, kw = layer.weight.shape[2:]
+            e = self._pitch_shift(layer)
             if kk < 0:
                 n_rows = (rows - 1) * sh + (kh - 1) * dh + 1
-                return dict(region=(src.name, cib, y0, y0 + n_rows), act=src.line(cib, y0, -pl), n_outer=n_rows,
+                return dict(region=(src.name, cib, y0, y0 + n_rows), act=src.line(cib, y0, -pl) + e, n_outer=n_rows,
                             n_inner=src.wp, act_so=src.wp, act_si=1, acc_so=src.wp, acc_si=1, dwp=1)
             # a tap the row buffers do not reach: a diagonal block over the outputs' inputs, accumulated
             # into the lines where the row-buffer GEMM leaves each output (its last tap's line)
@@ -697,7 +702,7 @@ class Codegen:
             return dict(region=(src.name, cib, y0 + ky * dh, y0 + ky * dh + (rows - 1) * sh + 1),
                         act=src.line(cib, y0 + ky * dh, kx * dw - pl), n_outer=rows, n_inner=wo, act_so=sh * src.wp,
                         act_si=sw, acc_so=sh * src.wp, acc_si=sw,
-                        acc_off=(kh - 1) * dh * src.wp + (kw - 1) * dw)
+                        acc_off=(kh - 1) * dh * src.wp + (kw - 1) * dw - e)
         if mode == "image":  # the padded rows in one stream: every tap is a fixed distance back
             y0 = oy0 * sh - pt
             return dict(region=(src.name, cib, y0, y0 + (rows - 1) * sh + (layer.weight.shape[2] - 1) * dh + 1),
@@ -724,8 +729,8 @@ class Codegen:
                         acc_so=pitch, acc_si=1, out_so=1, out_si=dst.wp)
         if mode in ("image", "pitch"):  # output (y, x) at its last tap's line; the lines in between are not outputs
             (sh, sw), (dh, dw), (_, _, kh, kw) = layer.strides, layer.dilations, layer.weight.shape
-            wp = self.tensor(layer.src).wp
-            return dict(acc=acc + (kh - 1) * dh * wp + (kw - 1) * dw, n_outer=rows, n_inner=wo, acc_so=sh * wp,
+            wp, e = self.tensor(layer.src).wp, (self._pitch_shift(layer) if mode == "pitch" else 0)
+            return dict(acc=acc + (kh - 1) * dh * wp + (kw - 1) * dw - e, n_outer=rows, n_inner=wo, acc_so=sh * wp,
                         acc_si=sw, out_so=dst.wp, out_si=1)
         return dict(acc=acc, n_outer=rows, n_inner=wo, acc_so=wo, acc_si=1, out_so=dst.wp, out_si=1)
 
@@ -736,8 +741,11 @@ class Codegen:
         return ((rows - 1) * sh + (kh - 1) * dh) * wp + (wo - 1) * sw + (kw - 1) * dw + 1
 
     def _phase_cols(self, layer: ConvLayer, a: int) -> int:
-        """"pitch2": the padded input columns of phase a (x = a, a + 2, ...), the pitch of its GEMM."""
-        return (self.tensor(layer.src).wp - a + 1) // 2
+        """"pitch2": the padded input columns of phase a (x = a - pl, a - pl + 2, ...) up to the last output's
+        last tap, the pitch of its GEMM."""
+        pl, wo = layer.pads[1], self.tensor(layer.dst).w
+        x_last = (wo - 1) * layer.strides[1] + (layer.weight.shape[3] - 1) * layer.dilations[1] - pl
+        return (x_last + pl - a) // 2 + 1
 
     def _pitch2_lines(self, layer: ConvLayer, rows: int) -> tuple[int, int]:
         """"pitch2" for `rows` output rows: (padded input rows streamed, accumulator lines used)."""
@@ -758,6 +766,14 @@ class Codegen:
         pitch = rows + kh - 1
         return (self.tensor(layer.dst).w + kw - 1 - self._pcols_first(layer)) * pitch, pitch
 
+    def _pitch_shift(self, layer: ConvLayer) -> int:
+        """"pitch": lines the last output's last tap lies past its padded row (a right pad stored in the next
+        row's left pad, `TileTensor.share_pad_column`). The GEMM starts that many lines later, so that it ends
+        there; those first lines of the first row then read zero: the taps that read them go diagonal."""
+        src, wo = self.tensor(layer.src), self.tensor(layer.dst).w
+        x_last = (wo - 1) * layer.strides[1] + (layer.weight.shape[3] - 1) * layer.dilations[1] - layer.pads[1]
+        return max(0, x_last - (src.w + src.pads[3] - 1))
+
     def _pitch_lines(self, layer: ConvLayer, rows: int) -> int:
         """Lines a "pitch" (GEMM.dwp) depthwise GEMM streams for `rows` output rows: whole padded rows."""
         (sh, _), (dh, _), kh = layer.strides, layer.dilations, layer.weight.shape[2]
@@ -771,13 +787,17 @@ class Codegen:
         cbo = -(-layer.weight.shape[0] // self.n)
         best = None
         for r in sorted({most, *(max(1, -(-ho // k)) for k in (2, 4, 8, 16) if self.post_unit)}):
-            if r > most:
+            if r > most or (dw is not None and not self._tiles_fit(layer, dw[2], _tile_list(ho, r))):
                 continue
             per, post_tile = self._tile_cost(layer, r, dw)
             cost = cbo * -(-ho // r) * per + post_tile
             if best is None or cost < best[0]:
                 best = (cost, r)
         return best if dw is not None else best[1]
+
+    def _tiles_fit(self, layer: ConvLayer, mode: str, tiles: list[tuple[int, int]]) -> bool:
+        """"pcols": every pixel tile's pitch (its padded rows) at least the row buffers' DWP_MIN_PITCH."""
+        return mode != "pcols" or all(self._pcols_lines(layer, rows)[1] >= isa.DWP_MIN_PITCH for _, rows in tiles)
 
     def _tile_cost(self, layer: ConvLayer, r: int, dw: tuple | None = None) -> tuple[int, int]:
         """The cost model of one pixel tile of `r` output rows and one output block: (cycles it occupies, its
@@ -851,7 +871,10 @@ class Codegen:
                     continue
             skip = max((t[5] for t in taps if t), default=0)
             dw = (max(1, len(taps)), skip, mode)
-            cost, rows = self._tile_rows(layer, ho, wo, cap, dw)
+            plan = self._tile_rows(layer, ho, wo, cap, dw)
+            if plan is None:  # no tiling fits the mode
+                continue
+            cost, rows = plan
             if best is None or cost < best[0]:
                 best = (cost, rows, mode, dw)
         return best[1:] if best else (self._tile_rows(layer, ho, wo, most), "rows", None)
@@ -880,10 +903,11 @@ class Codegen:
                 return None
             blk = np.zeros((n, n), np.int8)
             rest = []
+            e = self._pitch_shift(layer)
             for ky in range(kh):
                 for kx in range(kw):
                     c = isa.DWP_TAPS * (kh - 1 - ky) + kw - 1 - kx
-                    if c < n:
+                    if c < n and not (ky == 0 and kx < e):
                         blk[:, c] = diag(ky, kx)
                     elif diag(ky, kx).any():
                         rest.append((ky, kx, cob, np.diag(diag(ky, kx)).astype(np.int8).tobytes(), 0, 0,
@@ -994,7 +1018,7 @@ class Codegen:
         entry = self.param(np.full(n, layer.bias), np.full(n, layer.mult), np.full(n, layer.shift), layer.z_out,
                            layer.lo, layer.hi)
         self.compute(g, Op.PPU, region=(dst.name, None, 0, 1), acc=acc, out=dst.line(0, 0, 0), n_outer=1,
-                     n_inner=dst.cb, acc_so=0, acc_si=1, out_so=0, out_si=dst.hp * dst.wp, param=entry)
+                     n_inner=dst.cb, acc_so=0, acc_si=1, out_so=0, out_si=dst.block_lines, param=entry)
         self._next_acc()
 
     def emit_add(self, layer: AddLayer, loads: dict, cbs=None, rows=None) -> None:

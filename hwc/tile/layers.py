@@ -49,6 +49,7 @@ class TileTensor:
     s2d: int = 1                               # pixels per line (space_to_depth): c, w are the stacked sizes
     shift: int = 0                             # stacked: pad pixels before pixel 0 in line 0 (0 or 1)
     w0: int = 0                                # stacked: the unstacked width
+    tail: int = 0                              # lines after each channel block's grid (`share_pad_column`)
 
     @property
     def cb(self) -> int:
@@ -64,11 +65,27 @@ class TileTensor:
 
     @property
     def lines(self) -> int:
-        return self.cb * self.hp * self.wp
+        return self.cb * self.block_lines
+
+    @property
+    def block_lines(self) -> int:
+        return self.hp * self.wp + self.tail
+
+    def share_pad_column(self) -> None:
+        """Store the right pad in the next row's left pad: with pads (top, l, bottom, r), 0 < r <= l, a row's
+        pitch is w + l, and pixel (y, w + j) (j < r) is line (y + 1, j - l), a pad. Every reader addresses
+        lines as `line(cb, y, x)` does, so it reads the same value; the halo is r lines a row smaller and a
+        stream over whole rows (GEMM.dwp) r lines a row shorter. The last row's right pad is in the bottom
+        pad rows, that of the last pad row in `tail` lines after each channel block's grid (filled with the
+        halo: a block's lines stay its own, which the FILLs' and GEMMs' row regions rely on)."""
+        pr = self.pads[3]
+        if 0 < pr <= self.pads[1] and self.s2d == 1 and self.fill == self.zp:
+            self.pads[3] = 0
+            self.tail = pr
 
     def line(self, cb: int, y: int, x: int) -> int:
         """ACT line of channel block cb at (y, x) of the unpadded tensor (may be in the halo)."""
-        return self.base + cb * self.hp * self.wp + (y + self.pads[0]) * self.wp + (x + self.pads[1])
+        return self.base + cb * self.block_lines + (y + self.pads[0]) * self.wp + (x + self.pads[1])
 
     def need_pads(self, pads, fill: int) -> None:
         for i in range(4):

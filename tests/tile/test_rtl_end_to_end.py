@@ -95,14 +95,14 @@ def test_depthwise_schedules_through_the_rtl():
     b = QBuilder(seed=22)
     x = b.input("x", (1, 5, 16, 5), zp=-3)
     y = b.conv(x, 16, k=1, relu=True)
-    y = b.conv(y, 16, k=3, group=16, relu=True)                        # 16x5, padded 18x7: columns
+    y = b.conv(y, 16, k=3, group=16, relu=True)                        # 16x5, padded 18x6: columns
     y = b.conv(y, 16, k=2, pads=[0, 0, 0, 0], group=16)                # 16x5: every tap within 6 lines
     y = b.conv(y, 8, k=1)
     g = b.output(y)
     verify(g)
     art = build_tile(g, target, hdl=True)
     dw = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM and i.get("dw")]
-    assert any(i.get("act_si") == 7 and i.get("n_inner") == 16 + 2 for i in dw), "columns"
+    assert any(i.get("act_si") == 6 and i.get("n_inner") == 16 + 2 for i in dw), "columns"   # (row pitch 5 + 1)
     assert any(i.get("n_outer") == 1 and i.get("act_so") == 0 and i.get("skip") == 0 for i in dw), "whole image"
     feeds = {"x": np.random.default_rng(5).integers(-128, 128, (1, 5, 16, 5)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
@@ -124,22 +124,24 @@ def test_depthwise_over_rows_through_the_rtl():
     b = QBuilder(seed=23)
     x = b.input("x", (1, 5, 10, 14), zp=-3)
     y = b.conv(x, 16, k=1, relu=True)
-    y = b.conv(y, 16, k=3, group=16, relu=True)                                  # 10x14, padded 12x16
+    y = b.conv(y, 16, k=3, group=16, relu=True)                                  # 10x14, padded 12x15
     y = b.conv(y, 16, k=3, stride=2, group=16, relu=True)                        # 5x7
     g = b.output(b.conv(y, 8, k=1))
     verify(g)
     art = build_tile(g, target, hdl=True)
     dwp = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM and i.get("dwp")]
-    assert any(i.get("n_inner") == 16 and i.get("act_si") == 1 for i in dwp), "rows of the padded width"
-    assert {i.get("n_inner") for i in dwp if i.get("act_si") == 2} == {8}, "stride 2: the column phases"
+    assert any(i.get("n_inner") == 15 and i.get("act_si") == 1 for i in dwp), "rows of the padded width"
+    # stride 2: the column phases up to the last output's last tap, x = -1, 1, .., 13 and 0, 2, .., 12
+    assert {i.get("n_inner") for i in dwp if i.get("act_si") == 2} == {8, 7}, "stride 2: the column phases"
     feeds = {"x": np.random.default_rng(7).integers(-128, 128, (1, 5, 10, 14)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
 
 
 def test_depthwise_down_the_columns_over_rows_through_the_rtl():
-    """GEMM.dwp down the columns ("pcols", DS-CNN's tall narrow maps): the row buffers hold whole padded
-    columns (act_si = the padded width), 6 taps in one GEMM, the first kernel column in a "cols" GEMM
-    accumulating into its output lines. RTL == model == int8 reference, equal cycles."""
+    """GEMM.dwp down the columns ("pcols", tall narrow maps; a row of 2 pixels, 3 lines with its shared pad
+    column, is too short a pitch for "pitch"): the row buffers hold whole padded columns (act_si = the row
+    pitch), 6 taps in one GEMM, the first kernel column in a "cols" GEMM accumulating into its output lines.
+    RTL == model == int8 reference, equal cycles."""
     from hwc.targets import load_target
     from qgraphs import QBuilder
 
@@ -148,15 +150,15 @@ def test_depthwise_down_the_columns_over_rows_through_the_rtl():
     from hwc.tile.build import build_tile
 
     b = QBuilder(seed=24)
-    x = b.input("x", (1, 5, 25, 5), zp=-3)
+    x = b.input("x", (1, 5, 25, 2), zp=-3)
     y = b.conv(x, 16, k=1, relu=True)
     y = b.conv(y, 16, k=3, group=16, relu=True)
     g = b.output(b.conv(y, 8, k=1))
     verify(g)
     art = build_tile(g, load_target("tile8x8"), hdl=True)
     dwp = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM and i.get("dwp")]
-    assert dwp and all(i.get("act_si") == 7 and i.get("act_so") == 1 for i in dwp), "down the columns"
-    feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, 5, 25, 5)).astype(np.int8)}
+    assert dwp and all(i.get("act_si") == 3 and i.get("act_so") == 1 for i in dwp), "down the columns"
+    feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, 5, 25, 2)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
 
 
