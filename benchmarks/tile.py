@@ -36,11 +36,12 @@ CASES = [
 ]
 
 
-def min_lines(report: dict, target: dict) -> float:
+def min_lines(report: dict, target: dict, depthwise: set[str] = frozenset()) -> float:
     """A lower bound on the streamed lines of any schedule of these layers on this array: each of the `rows`
     adder trees sums at most `cols` products into one output value per line, so an output value that is a sum
     of K products takes at least ceil(K / cols) tree-lines, whatever the layout (stacking, im2col, depthwise
-    mode). Layers without MACs (pooling, adds) are not counted: they can run on POST."""
+    mode); a `depthwise` layer's on a tile with the ninth depthwise PE (features.dw_ninth_tap) ceil(K / (cols +
+    1)). Layers without MACs (pooling, adds) are not counted: they can run on POST."""
     rows, cols = target["array"]["rows"], target["array"]["cols"]
     total = 0.0
     for layer in report["layers"]:
@@ -48,7 +49,8 @@ def min_lines(report: dict, target: dict) -> float:
             outputs = 1
             for d in layer["out_shape"]:
                 outputs *= d
-            total += outputs * -(-(layer["macs"] // outputs) // cols) / rows
+            per_line = cols + (1 if target["features"]["dw_ninth_tap"] and layer["name"] in depthwise else 0)
+            total += outputs * -(-(layer["macs"] // outputs) // per_line) / rows
     return total
 
 
@@ -76,6 +78,7 @@ def measure(model, target_name: str, v1: bool = False, wgt_read_rows: int | None
     except UnsupportedError:
         no_stack = "does not fit the scratchpad"
     r = art.report
+    depthwise = {nd.name for nd in q.nodes if nd.op == "QConv" and nd.attrs.get("group", 1) > 1}
     # where utilization goes: MAC util. = (streamed lines / cycles) x (MACs / (rows x cols x streamed lines))
     prog = isa.from_bytes(art.program)
     lines = sum(i.get("n_outer") * i.get("n_inner") for i in prog if i.op == isa.Op.GEMM)
@@ -83,7 +86,7 @@ def measure(model, target_name: str, v1: bool = False, wgt_read_rows: int | None
     peak = target["array"]["rows"] * target["array"]["cols"]
     bus_beats = sum(i.get("rows") * i.get("row_beats") for i in prog if i.op == isa.Op.LOAD)
     return {"streaming": lines / r["cycles"], "pe_use": r["macs"] / (peak * lines), "dw_lines": dw_lines / lines,
-            "map_ceiling": r["macs"] / (peak * min_lines(r, target)), "bus_ceiling": r["macs"] / (peak * bus_beats),
+            "map_ceiling": r["macs"] / (peak * min_lines(r, target, depthwise)), "bus_ceiling": r["macs"] / (peak * bus_beats),
             "cycles": r["cycles"], "util": r["utilization"], "hidden": r["weight_load_hidden"],
             "no_db": no_db["cycles"], "no_db_util": no_db["utilization"], "no_db_hidden": no_db["weight_load_hidden"],
             "no_stack": no_stack, "compile_s": compile_s, "run_s": statistics.median(runs), "macs": r["macs"]}

@@ -109,14 +109,17 @@ def _flags(w, p: TileParams, ni_dw=None) -> dict:
         # GEMM.dw / GEMM.skip (tile v2, docs/tile-v2.md): without the depthwise mode both must be 0; with
         # it, skip < n_inner when dw = 1, and skip = 0 when dw = 0
         # GEMM.dwp (scratchpad.dw_line_buffer): only with dw = 1 and a row pitch (n_inner) the row buffers hold
+        # GEMM.dw9 (features.dw_ninth_tap): only with dwp = 1
         O.GEMM: ((zero(O.GEMM, "n_outer", "n_inner")
                   | (f(O.GEMM, "dw") & (ni_dw[-1] | (ni_dw == 0)))  # skip >= n_inner
                   | (~f(O.GEMM, "dw") & f(O.GEMM, "skip").any())
                   | (f(O.GEMM, "dwp") & (~f(O.GEMM, "dw") | (f(O.GEMM, "n_inner") < isa.DWP_MIN_PITCH)
-                                         | (f(O.GEMM, "n_inner") > p.dw_lines)))) if p.depthwise
+                                         | (f(O.GEMM, "n_inner") > p.dw_lines)))
+                  | (f(O.GEMM, "dw9") & ~f(O.GEMM, "dwp") if p.dw9 else f(O.GEMM, "dw9"))) if p.depthwise
                  else zero(O.GEMM, "n_outer", "n_inner") | f(O.GEMM, "dw").any() | f(O.GEMM, "skip").any()
-                 | f(O.GEMM, "dwp").any(),
-                 f(O.GEMM, "wblk") >= p.wgt_blocks),
+                 | f(O.GEMM, "dwp").any() | f(O.GEMM, "dw9"),
+                 # GEMM.dw9 reads the next block's first row too
+                 (f(O.GEMM, "wblk") >= p.wgt_blocks) | (f(O.GEMM, "dw9") & (f(O.GEMM, "wblk") == p.wgt_blocks - 1))),
         O.PPU: (zero(O.PPU, "n_outer", "n_inner"), f(O.PPU, "param") >= p.param_entries),
         O.VEC: (zero(O.VEC, "n_outer", "n_inner") | (f(O.VEC, "op") > max(isa.VecOp)),
                 f(O.VEC, "param") >= p.param_entries),

@@ -6,7 +6,8 @@ address, block RAM, registered data), and a write request is performed WL = MEM_
 
 Stage 1 (preload) owns the shadow weights: issued GEMM k reads its block's N WGT rows,
 R = wgt_read_rows per cycle (one WGT word of R consecutive rows; cycles issue+1 .. issue+PRELOAD,
-PRELOAD = N / R), into the array's shadow registers (each word lands ML cycles after its read).
+PRELOAD = N / R), into the array's shadow registers (each word lands ML cycles after its read);
+a GEMM.dw9 reads one word more, the next block's first, whose first row goes to the ninth PEs (PRELOAD_DW9).
 Stage 2 (stream) owns the ACT compute port: it reads one line per
 cycle for `n_outer * n_inner` cycles. GEMM k moves from stage 1 to stage 2 at the end of a
 cycle in which its last WGT read is issued (or done) and stage 2 is free or issuing its
@@ -87,14 +88,18 @@ class GemmEngine(wiring.Component):
         # ---- stage 1: weight preload ----
         pre_active = Signal()
         words = p.preload_cycles  # WGT words (of wgt_read_rows rows) per block
-        pre_cnt = Signal(range(words + 1))
+        # GEMM.dw9: one word more, the next block's first (its first row: the ninth PE's weights)
+        pre_cnt = Signal(range(words + 2 if p.dw9 else words + 1))
         names = ("act", "acc", "n_outer", "n_inner", "act_so", "act_si", "acc_so", "acc_si", "reset")
         if p.depthwise:
             names += ("dw", "skip")
         if p.dw_lines:
             names += ("dwp",)
+        if p.dw9:
+            names += ("dw9",)
         pre = {k: Signal(field(w, OP, k).shape(), name=f"pre_{k}", reset_less=True) for k in names}
         wblk = Signal(bits_for(p.wgt_blocks), reset_less=True)
+        last_word = Mux(pre["dw9"], words, words - 1) if p.dw9 else words - 1
         # the fields are captured in every cycle stage 1 is empty (an issue only comes then), so the
         # wide enables start from `pre_active`, not from the issue decision (hw/tile.py)
         with m.If(~pre_active):
@@ -102,18 +107,23 @@ class GemmEngine(wiring.Component):
             m.d.sync += [pre[k].eq(field(w, OP, k)) for k in names]
         with m.If(self.start):
             m.d.sync += pre_active.eq(1)
-        reading = pre_active & (pre_cnt < words)
+        reading = pre_active & (pre_cnt <= last_word)
         with m.If(reading):
             m.d.sync += pre_cnt.eq(pre_cnt + 1)
         wb = p.log2n - p.log2r
-        m.d.comb += self.wgt_addr.eq((wblk << wb) | pre_cnt[:wb])
+        m.d.comb += self.wgt_addr.eq(((wblk << wb) + pre_cnt) if p.dw9 else ((wblk << wb) | pre_cnt[:wb]))
         # the word read in cycle c arrives ML cycles later and is written into the shadow registers then
         row_we = [Signal(name=f"row_we{k}") for k in range(ML)]
         row_idx = [Signal(range(words), name=f"row_idx{k}", reset_less=True) for k in range(ML)]
-        m.d.sync += [row_we[0].eq(reading), row_idx[0].eq(pre_cnt[:wb])]
+        m.d.sync += [row_we[0].eq(reading & (pre_cnt < words)), row_idx[0].eq(pre_cnt[:wb])]
         m.d.sync += [row_we[k + 1].eq(row_we[k]) for k in range(ML - 1)]
         m.d.sync += [row_idx[k + 1].eq(row_idx[k]) for k in range(ML - 1)]
         m.d.comb += [mac.row_we.eq(row_we[-1]), mac.row_idx.eq(row_idx[-1]), mac.row_data.eq(self.wgt_data)]
+        if p.dw9:  # the extra word: its first row into the ninth PEs' shadow weights
+            row9_we = [Signal(name=f"row9_we{k}") for k in range(ML)]
+            m.d.sync += [row9_we[0].eq(reading & (pre_cnt == words))]
+            m.d.sync += [row9_we[k + 1].eq(row9_we[k]) for k in range(ML - 1)]
+            m.d.comb += mac.row9_we.eq(row9_we[-1])
 
         # ---- stage 2: line stream ----
         st_active = Signal()
@@ -126,10 +136,13 @@ class GemmEngine(wiring.Component):
         with m.If(transfer):
             m.d.sync += ready.eq(0)
         if words == 1:
-            with m.If(self.start):
+            with m.If(self.start & (~field(w, OP, "dw9") if p.dw9 else 1)):
                 m.d.sync += ready.eq(1)
+            if p.dw9:
+                with m.If(reading & pre["dw9"] & (pre_cnt == 0)):
+                    m.d.sync += ready.eq(1)
         else:
-            with m.If(reading & (pre_cnt == words - 2)):
+            with m.If(reading & (pre_cnt == last_word - 1)):
                 m.d.sync += ready.eq(1)
         if p.depthwise:
             # depthwise mode: the first `skip` lines of every inner loop write nothing (a down-counter,
@@ -139,6 +152,7 @@ class GemmEngine(wiring.Component):
             st_sk = Signal(3)
             st_j0 = Signal()  # the current line is the first of its inner loop (GEMM.dwp: of the GEMM)
             st_dwp = Signal()
+            st_dw9 = Signal()
             st_pitch = Signal(pre["n_inner"].shape(), reset_less=True)   # GEMM.dwp: the row pitch, n_inner
             writes = st_sk == 0
         loop = loop2d(m, "st", load=transfer, step=st_active, n_outer=pre["n_outer"], n_inner=pre["n_inner"],
@@ -159,6 +173,8 @@ class GemmEngine(wiring.Component):
                              st_pitch.eq(pre["n_inner"])]
                 if p.dw_lines:
                     m.d.sync += st_dwp.eq(pre["dwp"])
+                if p.dw9:
+                    m.d.sync += st_dw9.eq(pre["dw9"])
             with m.Elif(st_active):
                 m.d.sync += st_j0.eq(loop.last_j & ~st_dwp)   # GEMM.dwp: the SR spans the whole GEMM
                 with m.If(loop.last_j):
@@ -196,6 +212,11 @@ class GemmEngine(wiring.Component):
             m.d.comb += [tz[0].eq(st_j0), td[0].eq(st_dw)]
             m.d.sync += [tz[k + 1].eq(tz[k]) for k in range(kx)]
             m.d.sync += [td[k + 1].eq(td[k]) for k in range(kx)]
+            if p.dw9:  # GEMM.dw9: the swap loads the ninth PEs' weights (zero for any other GEMM)
+                t9 = [Signal(name=f"t{k}_dw9") for k in range(kx + 1)]
+                m.d.comb += t9[0].eq(st_dw9)
+                m.d.sync += [t9[k + 1].eq(t9[k]) for k in range(kx)]
+                m.d.comb += mac.swap9.eq(t9[kx])
             # GEMM.dwp: registers DWP_TAPS, 2 * DWP_TAPS (...) start chains fed by the row buffers, and the one
             # after the last chain reads zero (selected by the line's dwp bit: `_row_buffers`)
             heads = {}
@@ -206,7 +227,7 @@ class GemmEngine(wiring.Component):
                         heads[k * isa.DWP_TAPS] = (dwp_sel, Signal(p.line_bits, name=f"dwp_head{k}")
                                                    if k < isa.DWP_ROWS else 0)
             sr = [xreg]
-            for c in range(1, n):
+            for c in range(1, n + (1 if p.dw9 else 0)):   # GEMM.dw9: sr[N] = sr[8], the ninth PE's line
                 clr = Signal(name=f"sr_clr{c}", attrs=DUP)  # = tz[kx] in the cycle the line enters xreg
                 m.d.sync += clr.eq(tz[kx - 1])
                 r = Signal(p.line_bits, name=f"sr{c}", reset_less=True)

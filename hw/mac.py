@@ -15,6 +15,9 @@ Pipeline (all registered, no combinational path from input to output; MAC_PIPE_S
 Depthwise mode (tile v2, `features.depthwise`, docs/tile-v2.md): PE (r, c) takes lane r of the
 line streamed c cycles earlier (`sr`, held by the GEMM engine) instead of lane c of x, when the
 line's registered per-row mode bit `dw[r]` is set: one 2:1 mux per multiplier input, no added stage.
+GEMM.dw9 (`features.dw_ninth_tap`, 8-column arrays): a ninth PE per row multiplies lane r of the line 8
+cycles earlier (`sr[8]`, behind row buffer 2's chain: column 8 of the mode over rows) by a ninth weight (its
+own shadow and active registers, zero for any GEMM but a dw9 one); its product joins the first tree level.
 One register per tree level keeps every stage to one carry chain; the latency only adds a
 constant to GEMM_LATENCY (hwc.isa.Timing).
 """
@@ -50,7 +53,10 @@ class MacArray(wiring.Component):
             "dot": Out(p.n * dot_bits(p)),
             # depthwise mode (features.depthwise): the lines x was 1 .. N-1 cycles earlier (zero before the
             # inner loop's first line), and per row the mode of the current line
-            **({"sr": In((p.n - 1) * p.line_bits), "dw": In(p.n)} if p.depthwise else {}),
+            **({"sr": In((p.n - 1 + p.dw9) * p.line_bits), "dw": In(p.n)} if p.depthwise else {}),
+            # GEMM.dw9 (features.dw_ninth_tap): a ninth PE per row, lane r of sr[8]; its shadow weights are a
+            # row of the preload's extra word, and a swap loads them only for a dw9 GEMM (else zero)
+            **({"row9_we": In(1), "swap9": In(1)} if p.dw9 else {}),
         })
 
     def elaborate(self, platform):
@@ -64,6 +70,13 @@ class MacArray(wiring.Component):
                 m.d.sync += shadow[r].eq(self.row_data[lb * (r % rr):lb * (r % rr + 1)])
         with m.If(self.swap):
             m.d.sync += [a.eq(s) for a, s in zip(active, shadow)]
+        if self.p.dw9:
+            shadow9 = Signal(lb, name="shadow9", reset_less=True)
+            active9 = Signal(lb, name="active9", reset_less=True)
+            with m.If(self.row9_we):
+                m.d.sync += shadow9.eq(self.row_data[:lb])
+            with m.If(self.swap):
+                m.d.sync += active9.eq(Mux(self.swap9, shadow9, 0))
 
         db = dot_bits(self.p)
         assert isa.MAC_PIPE_STAGES == dsp.LATENCY + 1, "MacArray: the registered multiplier, then one register"
@@ -80,13 +93,22 @@ class MacArray(wiring.Component):
                 prod = Signal(signed(PRODUCT_BITS), name=f"q{r}_{c}", reset_less=True)
                 m.d.sync += prod.eq(dsp.regmul(m, f"mul{r}_{c}", w, x)[:PRODUCT_BITS])
                 level.append(prod)
+            ninth = None
+            if self.p.dw9:  # the ninth PE: lane r of the line 8 back, weights active9 (zero but for a dw9 GEMM)
+                line = self.sr[(n - 1) * lb:n * lb]
+                ninth = Signal(signed(PRODUCT_BITS), name=f"q{r}_9", reset_less=True)
+                m.d.sync += ninth.eq(dsp.regmul(m, f"mul{r}_9", active9[8 * r:8 * r + 8].as_signed(),
+                                                line[8 * r:8 * r + 8].as_signed())[:PRODUCT_BITS])
             depth = 0
             while len(level) > 1:
                 depth += 1
                 nxt = []
                 for k in range(0, len(level), 2):
                     s = Signal(signed(PRODUCT_BITS + depth), name=f"s{r}_{depth}_{k // 2}", reset_less=True)
-                    m.d.sync += s.eq(level[k] + level[k + 1])
+                    total = level[k] + level[k + 1]
+                    if depth == 1 and k == 0 and ninth is not None:
+                        total = total + ninth   # 3 x 2**14 at most: the level's 17 bits hold it
+                    m.d.sync += s.eq(total)
                     nxt.append(s)
                 level = nxt
             m.d.comb += self.dot[db * r:db * (r + 1)].eq(level[0])

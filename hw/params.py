@@ -47,6 +47,7 @@ class TileParams:
     depthwise: bool = False   # tile v2: GEMM.dw / GEMM.skip
     wgt_read_rows: int = 1    # weight rows the GEMM's preload reads per cycle (scratchpad.wgt_read_rows)
     dw_lines: int = 0         # lines of each GEMM.dwp row buffer (scratchpad.dw_line_buffer; 0: no GEMM.dwp)
+    dw9: bool = False         # GEMM.dw9: a ninth PE per row for GEMM.dwp (features.dw_ninth_tap)
 
     @classmethod
     def from_target(cls, target: dict) -> TileParams:
@@ -60,7 +61,8 @@ class TileParams:
                    act_lines=sp["act_lines"], acc_lines=sp["acc_lines"], wgt_bank_blocks=sp["wgt_bank_blocks"],
                    param_entries=sp["param_entries"],
                    post_unit=target["features"]["post_unit"], depthwise=target["features"]["depthwise"],
-                   wgt_read_rows=sp["wgt_read_rows"], dw_lines=sp["dw_line_buffer"])  # (schema defaults)
+                   wgt_read_rows=sp["wgt_read_rows"], dw_lines=sp["dw_line_buffer"],
+                   dw9=target["features"]["dw_ninth_tap"])  # (schema defaults)
 
     # ---- derived sizes ----
     @property
@@ -105,6 +107,11 @@ class TileParams:
     def preload_cycles(self) -> int:
         """WGT reads that preload one weight block (isa.Timing.PRELOAD)."""
         return isa.preload_cycles(self.n, self.wgt_read_rows)
+
+    @property
+    def preload_cycles_dw9(self) -> int:
+        """WGT reads that preload a GEMM.dw9 block (isa.Timing.PRELOAD_DW9): one word more, the next block's first."""
+        return isa.preload_cycles(self.n, self.wgt_read_rows, dw9=True)
 
     @property
     def param_entry_beats(self) -> int:

@@ -111,9 +111,11 @@ DWP_ROWS = 3
 DWP_MIN_PITCH = 4
 
 
-def dwp_delays(n: int, pitch: int) -> list[int | None]:
-    """GEMM.dwp: the lines back column c of an n-column array reads (None: it reads zero)."""
-    return [c % DWP_TAPS + (c // DWP_TAPS) * pitch if c < DWP_TAPS * DWP_ROWS else None for c in range(n)]
+def dwp_delays(n: int, pitch: int, dw9: bool = False) -> list[int | None]:
+    """GEMM.dwp: the lines back column c of an n-column array reads (None: it reads zero); with GEMM.dw9 (an
+    8-column array) one more, column 8."""
+    cols = DWP_TAPS * DWP_ROWS if dw9 else n
+    return [c % DWP_TAPS + (c // DWP_TAPS) * pitch if c < DWP_TAPS * DWP_ROWS else None for c in range(cols)]
 
 
 #: Field layout of every opcode, from bit 8 upward.
@@ -153,6 +155,9 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
         F("skip", 3, "depthwise mode: the first `skip` lines of every inner loop write no accumulator", default=0),
         F("dwp", 1, "depthwise mode over rows (scratchpad.dw_line_buffer): column c takes the line streamed "
           "c % 3 + (c // 3) * n_inner earlier in this GEMM (c < 9; the others read zero)", default=0),
+        F("dw9", 1, "with dwp, on an 8-column array with features.dw_ninth_tap: a ninth PE per row "
+          "is column 8 (the line streamed 2 + 2 * n_inner earlier), its weights WGT row N of the block (the next "
+          "block's first row, byte r for row r); the preload reads one word more", default=0),
     ),
     Op.PPU: (
         F("acc", 16, "ACC line of the first input"),
@@ -336,10 +341,11 @@ MEM_WRITE_LATENCY = 1
 IDLE_LAG = 1
 
 
-def preload_cycles(n: int, wgt_read_rows: int) -> int:
+def preload_cycles(n: int, wgt_read_rows: int, dw9: bool = False) -> int:
     """Cycles of WGT reads that preload one N x N weight block, `wgt_read_rows` rows a cycle
-    (scratchpad.wgt_read_rows; docs/tile-v2.md, section 3)."""
-    return n // wgt_read_rows
+    (scratchpad.wgt_read_rows; docs/tile-v2.md, section 3); GEMM.dw9: one word more (its row N is the
+    first of the next block's words)."""
+    return n // wgt_read_rows + (1 if dw9 else 0)
 
 
 @dataclass(frozen=True)
@@ -354,6 +360,7 @@ class Timing:
       LOAD     busy LOAD_OVERHEAD + Lm + total
       STORE    busy STORE_OVERHEAD + total
       GEMM     stream_start = max(issue + PRELOAD + GEMM_SETUP, previous stream_end); stream_end = stream_start + P;
+               (GEMM.dw9: PRELOAD_DW9)
                idle at stream_end + GEMM_LATENCY
       PPU      busy PPU_OVERHEAD + P
       VEC      busy VEC_OVERHEAD + VEC_CYCLES_PER_LINE * P
@@ -368,6 +375,7 @@ class Timing:
     LOAD_OVERHEAD: int       # 2 + WL: requests from issue + 1; each beat registered, then written
     STORE_OVERHEAD: int      # 2 + ML: ACT read, FIFO, posted beat
     PRELOAD: int             # N / scratchpad.wgt_read_rows: cycles of WGT reads that preload one weight block
+    PRELOAD_DW9: int         # the same for a GEMM.dw9 block (N + 1 rows: one word more)
     GEMM_SETUP: int          # 1: the swap waits ML cycles after the first line's read, as the rows do
     GEMM_LATENCY: int        # ML + 1 + MAC_PIPE_STAGES + log2 N + WL: ACT read, x reg, MAC, tree, add, write
     PPU_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 2: PARAM reads, prepare, ACC reads, pipe, write
@@ -385,6 +393,7 @@ class Timing:
         return cls(N=n, LM=lm, FIFO_DEPTH=target["decoder"]["fifo_depth"], PARAM_ENTRY_BEATS=peb,
                    FETCH_LATENCY=lm + PREDECODE_STAGES + 2, LOAD_OVERHEAD=2 + wl, STORE_OVERHEAD=2 + ml,
                    PRELOAD=preload_cycles(n, target["scratchpad"]["wgt_read_rows"]),
+                   PRELOAD_DW9=preload_cycles(n, target["scratchpad"]["wgt_read_rows"], dw9=True),
                    GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
                    PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
                    VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,

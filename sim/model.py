@@ -145,6 +145,7 @@ class TileModel:
         self.post_unit = feats["post_unit"]    # docs/tile-v2.md: PPU/VEC/FILL in their own unit
         self.depthwise = feats["depthwise"]    # docs/tile-v2.md: GEMM.dw
         self.dw_lines = sp["dw_line_buffer"]   # GEMM.dwp: rows of up to this
+        self.dw9 = feats["dw_ninth_tap"]       # GEMM.dw9: a ninth PE per row over rows
         self.reset()
 
     def reset(self) -> None:
@@ -167,6 +168,7 @@ class TileModel:
             counts = (f["n_outer"], f["n_inner"])
             bad = bool(f["dw"] and (not self.depthwise or f["skip"] >= f["n_inner"])) or bool(f["skip"] and not f["dw"])
             bad = bad or bool(f["dwp"] and not (f["dw"] and isa.DWP_MIN_PITCH <= f["n_inner"] <= self.dw_lines))
+            bad = bad or bool(f["dw9"] and not (f["dwp"] and self.dw9))
         elif op == Op.PPU:
             counts, bad = (f["n_outer"], f["n_inner"]), False
         elif op == Op.VEC:
@@ -200,8 +202,8 @@ class TileModel:
         return [(f["addr"], f["rows"], f["stride"], f["count"], 1, self.act_lines)]  # FILL
 
     def _scalars_ok(self, op: int, f: dict) -> bool:
-        if op == Op.GEMM:
-            return f["wblk"] < self.wgt_blocks
+        if op == Op.GEMM:  # (GEMM.dw9 reads the next block's first row too)
+            return f["wblk"] + f["dw9"] < self.wgt_blocks
         if op in (Op.PPU, Op.VEC):
             return f["param"] < self.param_entries
         return True
@@ -289,7 +291,7 @@ class TileModel:
             elif op == Op.GEMM:
                 ti = max(ti, gemm_accept + lag)
                 p = f["n_outer"] * f["n_inner"]
-                start = max(ti + t.PRELOAD + t.GEMM_SETUP, stream_end)
+                start = max(ti + (t.PRELOAD_DW9 if f["dw9"] else t.PRELOAD) + t.GEMM_SETUP, stream_end)
                 stream_end = start + p
                 gemm_accept = start
                 end = stream_end + t.GEMM_LATENCY
@@ -362,7 +364,7 @@ class TileModel:
 
     def _gemm(self, f: dict) -> None:
         n = self.n
-        w = self.wgt[f["wblk"] * n:(f["wblk"] + 1) * n].astype(np.float64)
+        w = self.wgt[f["wblk"] * n:(f["wblk"] + 1) * n + f["dw9"]].astype(np.float64)  # dw9: + row N (column 8)
         x = self.act[_grid(f["act"], f["n_outer"], f["act_so"], f["n_inner"], f["act_si"])].astype(np.float64)
         if f["dw"]:
             dot = self._depthwise(w, x, f)
@@ -378,13 +380,15 @@ class TileModel:
 
     def _depthwise(self, w: np.ndarray, x: np.ndarray, f: dict) -> np.ndarray:
         """GEMM.dw: row r of line j sums W[r][c] * lane r of line j - c of the same inner loop
-        (lines before the loop's start read as zero); lines j < skip are not written."""
+        (lines before the loop's start read as zero); lines j < skip are not written. GEMM.dw9: row N of `w`
+        holds the ninth PE's weights, column 8 (byte r for row r)."""
         no, ni, n = f["n_outer"], f["n_inner"], self.n
         if f["dwp"]:  # over rows: one stream of no * ni lines, column c some rows and lines back
             out = np.zeros((no * ni, n))
-            for c, d in enumerate(isa.dwp_delays(n, ni)):
-                if d is not None and d < no * ni and w[:, c].any():
-                    out[d:] += x[:no * ni - d] * w[:, c]
+            for c, d in enumerate(isa.dwp_delays(n, ni, f["dw9"])):
+                wc = w[n] if c == n else w[:n, c]
+                if d is not None and d < no * ni and wc.any():
+                    out[d:] += x[:no * ni - d] * wc
             return out.reshape(no, ni, n)[:, f["skip"]:].reshape(-1, n).astype(np.int32)
         x = x.reshape(no, ni, n)
         out = np.zeros((no, ni, n))

@@ -69,7 +69,8 @@ def tile_variant(target: dict[str, Any], wgt_read_rows: int | None = None, dw_li
     """`target` (a validated tile target) with some `features` switched (docs/tile-v2.md) and optionally
     another `scratchpad.wgt_read_rows` or `scratchpad.dw_line_buffer` (0: no depthwise mode over rows; it
     goes with the depthwise mode), validated again so the derived values (the configuration name)
-    follow: `tile_variant(t, post_unit=False, depthwise=False)` is the v1 tile of docs/tile.md."""
+    follow: `tile_variant(t, post_unit=False, depthwise=False)` is the v1 tile of docs/tile.md. Without row
+    buffers the ninth depthwise PE (features.dw_ninth_tap) goes too, unless asked for."""
     from hwc.targets.tile_schema import validate_tile
 
     doc = {k: v for k, v in target.items() if k != "derived"}
@@ -81,4 +82,6 @@ def tile_variant(target: dict[str, Any], wgt_read_rows: int | None = None, dw_li
         doc["scratchpad"]["dw_line_buffer"] = dw_line_buffer
     if not doc["features"].get("depthwise"):
         doc["scratchpad"]["dw_line_buffer"] = 0
+    if not doc["scratchpad"].get("dw_line_buffer") and "dw_ninth_tap" not in features:
+        doc["features"]["dw_ninth_tap"] = False   # (it goes with the row buffers)
     return validate_tile(doc, f"{target.get('name')} (variant)")

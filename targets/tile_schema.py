@@ -26,8 +26,9 @@ SCHEMA: dict[str, Any] = {
     "fpga": {"device": (str, False), "package": (str, False)},
     "energy_pj": (dict, False),
     # Tile v2 (docs/tile-v2.md): post-processing in its own unit, concurrent with the array;
-    # the array's depthwise mode. Absent means false (the v1 tile of docs/tile.md).
-    "features": {"post_unit": (bool, False), "depthwise": (bool, False)},
+    # the array's depthwise mode; on 8-column arrays a ninth PE per row for the depthwise
+    # mode over rows (GEMM.dw9). Absent means false (the v1 tile of docs/tile.md).
+    "features": {"post_unit": (bool, False), "depthwise": (bool, False), "dw_ninth_tap": (bool, False)},
 }
 
 #: Largest value of each size the ISA's fields can address (hwc/isa.py).
@@ -99,6 +100,13 @@ def validate_tile(doc: dict, where: str) -> dict:
         if not 8 <= dwl <= 4096:
             raise TargetError(f"Target {where}: scratchpad.dw_line_buffer must be 8..4096 lines (the longest "
                               f"padded row a depthwise GEMM streams over rows), not {dwl}.")
+    if doc.get("features", {}).get("dw_ninth_tap"):
+        if not dwl:
+            raise TargetError(f"Target {where}: features.dw_ninth_tap needs scratchpad.dw_line_buffer (the ninth PE "
+                              f"takes its line from the depthwise mode's second row buffer).")
+        if cols != 8:
+            raise TargetError(f"Target {where}: features.dw_ninth_tap is for arrays of 8 columns (the ninth PE "
+                              f"completes a 3x3 kernel's row-buffer taps), not {cols}.")
     if sp["act_lines"] < 4 * rows:
         raise TargetError(f"Target {where}: scratchpad.act_lines {sp['act_lines']} is too small for one "
                           f"block: it needs at least {4 * rows} lines (input, output and padding of one "
@@ -128,13 +136,14 @@ def validate_tile(doc: dict, where: str) -> dict:
 
         energy_table({**doc, "name": where})  # raises TargetError on a bad entry
     out = dict(doc)
-    out["features"] = {"post_unit": False, "depthwise": False, **doc.get("features", {})}
+    out["features"] = {"post_unit": False, "depthwise": False, "dw_ninth_tap": False, **doc.get("features", {})}
     out["scratchpad"] = {"wgt_read_rows": 1, "dw_line_buffer": 0, **sp}
     out["derived"] = {
         "config_name": f"{rows}x{cols}_i8w8a32_act{sp['act_lines']}_acc{sp['acc_lines']}"
                        f"_wgt{sp['wgt_bank_blocks']}x2" + (f"r{wr}" if wr > 1 else "") + f"_bus{bus['bytes'] * 8}"
                        + "".join(f"_{tag}" for key, tag in (("post_unit", "post"), ("depthwise", "dw"))
-                                 if out["features"][key]) + (f"{dwl}" if dwl else ""),
+                                 if out["features"][key]) + (f"{dwl}" if dwl else "")
+                       + ("_dw9" if out["features"]["dw_ninth_tap"] else ""),
         "macs_per_cycle": rows * cols,
         "act_bytes": sp["act_lines"] * cols,
         "acc_bytes": sp["acc_lines"] * rows * 4,

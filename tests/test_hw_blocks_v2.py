@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 from hwc.hw.params import TileParams
+from hwc.targets import tile_variant
 from test_hw_blocks import GemmHarness, _gemm, _predecode, _random_word, small_target, unlanes
 
 from hwc import isa
@@ -16,7 +17,7 @@ Op, E = isa.Op, isa.ErrorCode
 
 
 def v2_target(**kw):
-    return dict(small_target(**kw), features={"post_unit": True, "depthwise": True})
+    return tile_variant(small_target(**kw), post_unit=True, depthwise=True)
 
 
 def _gemm_v2_reference(target, act, wgt, program):

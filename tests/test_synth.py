@@ -10,7 +10,7 @@ import pytest
 from hwc.hw import cli as hwcli
 from hwc.hw.generate import generate
 from hwc.hw.synth import synth, write_wrapper, yosys_check
-from hwc.targets import load_target
+from hwc.targets import load_target, tile_variant
 
 from hwc.errors import TargetError
 
@@ -36,7 +36,7 @@ def test_tile8x8_passes_yosys_without_errors_or_latches(tile8):
 @pytest.mark.slow
 def test_tile8x8_v2_passes_yosys_without_errors_or_latches(tmp_path):
     """The v2 tile (POST unit, depthwise mode): the same structural check (about 4 minutes)."""
-    t = dict(load_target("tile8x8"), features={"post_unit": True, "depthwise": True})
+    t = tile_variant(load_target("tile8x8"), post_unit=True, depthwise=True)
     generate(t, tmp_path)
     r = yosys_check(tmp_path)
     assert r["errors"] == 0 and r["latches"] == 0, r["log"]
@@ -110,7 +110,7 @@ def test_hardware_elaborates_each_v2_feature_only_when_enabled(tmp_path):
     for post in (False, True):
         for dw in (False, True):
             out = tmp_path / f"p{int(post)}d{int(dw)}"
-            generate(dict(t, features={"post_unit": post, "depthwise": dw}), out)
+            generate(tile_variant(t, post_unit=post, depthwise=dw), out)
             text = (out / "tile.v").read_text()
             for feat, on in (("post_unit", post), ("depthwise", dw)):
                 for name in marks[feat]:

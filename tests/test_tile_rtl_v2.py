@@ -30,7 +30,7 @@ N_RANDOM = 10
 
 
 def v2(name: str, features=V2) -> dict:
-    return dict(load_target(name), features=dict(features))
+    return tile_variant(load_target(name), **features)
 
 
 # ---- random programs with footprint-derived wait bits ----------------------------------------------
@@ -51,6 +51,7 @@ class RandomProgram:
         self.blocks = [0, 1, bank, bank + 1]  # two blocks in each weight bank
         self.post_unit = bool(t["features"].get("post_unit"))
         self.dw_lines = t["scratchpad"].get("dw_line_buffer", 0) if t["features"].get("depthwise") else 0
+        self.dw9 = t["features"]["dw_ninth_tap"]
         # without the POST unit, PPU/VEC/FILL belong to the compute unit (and Wait.POST means nothing)
         self.unit = {op: (Wait.COMPUTE if u == Wait.POST and not self.post_unit else u) for op, u in UNIT.items()}
         units = (Wait.LOAD, Wait.COMPUTE, Wait.STORE) + ((Wait.POST,) if self.post_unit else ())
@@ -82,7 +83,7 @@ class RandomProgram:
             rd |= grid("act", f["sram"], f["rows"], f["sram_stride"], f["row_beats"], 1)
         elif op == Op.GEMM:
             rd |= grid("act", f["act"], f["n_outer"], f["act_so"], f["n_inner"], f["act_si"])
-            rd |= {("wgt", f["wblk"] * self.n + r) for r in range(self.n)}
+            rd |= {("wgt", f["wblk"] * self.n + r) for r in range(self.n + f["dw9"])}   # dw9: + row N
             wr |= grid("acc", f["acc"], f["n_outer"], f["acc_so"], f["n_inner"] - f["skip"], f["acc_si"])
             if not f["reset"]:
                 rd |= grid("acc", f["acc"], f["n_outer"], f["acc_so"], f["n_inner"] - f["skip"], f["acc_si"])
@@ -180,15 +181,20 @@ class RandomProgram:
             if dwp:  # over rows: up to 4 rows of a pitch the row buffers hold (lines 1 and 2 rows back)
                 no, ni = int(r.integers(1, 5)), int(r.integers(isa.DWP_MIN_PITCH, min(self.dw_lines, 13) + 1))
             skip = int(r.integers(0, min(ni, 8))) if dw else 0
+            dw9 = int(dwp and self.dw9 and r.random() < 0.5)   # GEMM.dw9: the ninth PE, row N of the block
+            if dw9:  # at least 3 rows: the ninth PE's line (2 rows and 2 lines back) is in the GEMM
+                no = int(r.integers(3, 5))
             act, act_so, act_si = self._range(self.ACT, no, ni)
             acc, acc_so, acc_si = self._range(self.ACC, no, ni - skip)
             if acc_so < 0 or acc_si < 0:   # ACC strides are unsigned
                 acc, acc_so, acc_si = int(r.integers(0, self.ACC - (ni - skip))), 0, 1
                 if no > 1 and acc + (ni - skip) + no - 1 <= self.ACC:
                     acc_so = 1
-            return self.emit(Op.GEMM, wblk=int(r.choice(self.blocks)), act=act, acc=acc, n_outer=no, n_inner=ni,
+            # (dw9 reads the next block's first row: both in the working set, which the prologue wrote)
+            wblk = int(r.choice([b for b in self.blocks if not dw9 or b + 1 in self.blocks]))
+            return self.emit(Op.GEMM, wblk=wblk, act=act, acc=acc, n_outer=no, n_inner=ni,
                              act_so=act_so, act_si=act_si, acc_so=acc_so, acc_si=acc_si,
-                             reset=int(r.integers(0, 2)), dw=dw, skip=skip, dwp=dwp)
+                             reset=int(r.integers(0, 2)), dw=dw, skip=skip, dwp=dwp, dw9=dw9)
         if kind == "ppu":
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
             if acc_so < 0 or acc_si < 0:
@@ -267,7 +273,10 @@ V2_ERRORS = {"err_skip_ge_inner": (dict(dw=1, skip=3), E.BAD_FIELD),
              # GEMM.dwp: only in the depthwise mode, with a row pitch (n_inner) of 4 .. dw_line_buffer lines
              "err_dwp_without_dw": (dict(dw=0, dwp=1, n_inner=6), E.BAD_FIELD),
              "err_dwp_short_pitch": (dict(dw=1, dwp=1, n_inner=isa.DWP_MIN_PITCH - 1), E.BAD_FIELD),
-             "err_dwp_long_pitch": (dict(dw=1, dwp=1, n_inner=-1), E.BAD_FIELD)}
+             "err_dwp_long_pitch": (dict(dw=1, dwp=1, n_inner=-1), E.BAD_FIELD),
+             # GEMM.dw9 (features.dw_ninth_tap): only with dwp, and the next block (its row N) in WGT
+             "err_dw9_without_dwp": (dict(dw=1, dw9=1, n_inner=6), E.BAD_FIELD),
+             "err_dw9_last_block": (dict(dw=1, dwp=1, dw9=1, n_inner=6, wblk=-1), E.OUT_OF_RANGE)}
 
 
 def v2_error_workloads(t: dict) -> list[programs.Workload]:
@@ -275,6 +284,10 @@ def v2_error_workloads(t: dict) -> list[programs.Workload]:
     for name, (kw, _) in V2_ERRORS.items():
         g = {**dict(wblk=0, act=0, acc=0, n_outer=1, n_inner=3, act_so=0, act_si=1, acc_so=0, acc_si=1, reset=1),
              **kw}
+        if g["wblk"] < 0:  # the last block
+            g["wblk"] = 2 * t["scratchpad"]["wgt_bank_blocks"] - 1
+        if name == "err_dw9_last_block" and not t["features"]["dw_ninth_tap"]:
+            continue   # (without the ninth PE any dw9 is a BAD_FIELD: err_dw9_without_dwp)
         if g["n_inner"] < 0:  # one line longer than the row buffers
             g["n_inner"] = t["scratchpad"]["dw_line_buffer"] + 1
         if g["acc"] < 0:  # the last n_inner - skip + 1 ACC lines: one too many
@@ -395,6 +408,7 @@ def test_v2_random_programs_cover_the_v2_features(rtl):
     assert len(strided) >= 5, len(strided)
     dwp = [i for k in range(N_RANDOM) for i in wls[f"rand{k}"].program if i.op == Op.GEMM and i.get("dwp")]
     assert len(dwp) >= 10 and any(i.get("n_outer") > 2 for i in dwp), len(dwp)   # lines two rows back
+    assert sum(1 for i in dwp if i.get("dw9")) >= 5, dwp    # GEMM.dw9: the ninth PE (features.dw_ninth_tap)
 
 
 @pytest.mark.parametrize("name", sorted(V2_ERRORS))

@@ -316,7 +316,8 @@ def _memory_map(target: dict, plan: TilePlan, prog: TileProgram, io: dict, progr
         "dram": prog.dram_regions + [{"name": "program", "offset": io["prog_offset"], "size": program_bytes,
                                       "kind": "program"}],
         "act": [{"name": t.name, "offset": t.base, "size": t.lines, "unit": "lines", "bank": "act",
-                 "channels": t.c, "height": t.h, "width": t.w, "pads": list(t.pads), "pixels_per_line": t.s2d}
+                 "channels": t.c, "height": t.h, "width": t.w, "pads": list(t.pads),
+                 "row_pitch": t.wp, "block_lines": t.block_lines, "pixels_per_line": t.s2d}
                 for t in sorted(plan.tensors.values(), key=lambda t: (t.base, t.name))],
         "wgt": {"banks": 2, "blocks_per_bank": target["scratchpad"]["wgt_bank_blocks"]},
         "param": {"entries_used": prog.dram_regions[0]["entries"], "entries": target["scratchpad"]["param_entries"]},

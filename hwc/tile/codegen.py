@@ -81,11 +81,15 @@ class Group:
     load_id: int = -1
     est: int = 0      # estimated compute cycles (for sizing the next group's load)
     layer: int = -1   # the layer that opened it
+    block_bytes: int = 0  # bytes of one block (0: a block is whatever `block` is given)
 
     def block(self, data: bytes) -> int:
+        """The position of weight `data` in the group (appended if new). A GEMM.dw9 weight is two blocks, the
+        second's first row the ninth PE's weights: consecutive positions, the GEMM naming the first."""
         if data not in self.index:
             self.index[data] = len(self.blocks)
-            self.blocks.append(data)
+            size = self.block_bytes or len(data)
+            self.blocks += [data[i:i + size] for i in range(0, len(data), size)]
         return self.index[data]
 
 
@@ -120,6 +124,7 @@ class Codegen:
         self.post_unit = feats["post_unit"]   # v2: PPU/VEC/FILL overlap the array
         self.depthwise = feats["depthwise"]   # v2: GEMM.dw
         self.dw_lines = target["scratchpad"]["dw_line_buffer"]  # GEMM.dwp rows
+        self.dw9 = feats["dw_ninth_tap"]      # GEMM.dw9: column 8 of a row-buffer GEMM on 8 columns
         self.tiling = tiling          # v2 pixel-tile policy: "cost" (model), "quarter" or "max"
         self._halo_pending = None     # v2: output halo FILLs wait for the layer's first PPU
         self._drip: list[tuple] = []  # v2: halo FILL runs not yet emitted (dripped between GEMMs)
@@ -184,7 +189,7 @@ class Codegen:
         g = self.groups[-1] if self.groups else None
         if g is not None and g.blocks is not None:
             new = {b for b in blocks if b not in g.index}
-            grown = len(g.blocks) + len(new)
+            grown = len(g.blocks) + sum(len(b) // (self.n * self.n) for b in new)   # (a GEMM.dw9 weight: two)
             # A group's load overlaps the previous group's compute: grow it only while its load
             # (N beats a block) fits in that compute time, so that every load after the first hides.
             # (The first group's load cannot hide: it holds a single request.)
@@ -205,7 +210,7 @@ class Codegen:
             if not prev and g.layer == self.layer and grown <= self.bank_blocks and \
                     FIRST_GROUP_SHARE * grown * self.n <= g.est and grown * self.n <= self._param_beats():
                 return g
-        g = Group([], layer=self.layer)
+        g = Group([], layer=self.layer, block_bytes=self.n * self.n)
         self.groups.append(g)
         return g
 
@@ -517,7 +522,7 @@ class Codegen:
                         first = ci == 0 and k == 0
                         tile_end = ci == len(chunks) - 1 and k == len(chunk) - 1
                         self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc + f.pop("acc_off", 0),
-                                     reset=int(first), dw=dwf, skip=skip,
+                                     reset=int(first), dw=dwf, skip=skip, dw9=int(len(data) > n * n),
                                      wait=Wait.POST if first and self._later_post else Wait.NONE,
                                      drip=not (tile_end and self.lag_ppu and not last),
                                      drains=tile_end and last, **f)
@@ -688,14 +693,19 @@ class Codegen:
                             dwp=1)
             f = self._gemm_fields(layer, "cols", oy0, rows, kk, off, cib, skip, si)
             return dict(f, acc_so=pitch, acc_off=(kw - 1 - kx0) * pitch + kh - 1)
-        if mode == "pitch":  # GEMM.dwp: whole padded rows, n_inner = the row pitch; kk < 0 marks that GEMM
+        if mode == "pitch":  # GEMM.dwp: whole padded rows, n_inner = the row pitch; kk = -1 marks that GEMM
             y0 = oy0 * sh - pt
             kh, kw = layer.weight.shape[2:]
             e = self._pitch_shift(layer)
-            if kk < 0:
+            if kk == -1:
                 n_rows = (rows - 1) * sh + (kh - 1) * dh + 1
                 return dict(region=(src.name, cib, y0, y0 + n_rows), act=src.line(cib, y0, -pl) + e, n_outer=n_rows,
                             n_inner=src.wp, act_so=src.wp, act_si=1, acc_so=src.wp, acc_si=1, dwp=1)
+            if kk == -4:  # the first outputs of the first row for masked tap (0, off): their input line, a pad
+                kx = off
+                return dict(region=(src.name, cib, y0, y0 + 1), act=src.line(cib, y0, kx * dw - pl), n_outer=1,
+                            n_inner=min(wo, -(-(e - kx * dw) // sw)), act_so=0, act_si=sw, acc_so=0, acc_si=sw,
+                            acc_off=(kh - 1) * dh * src.wp + (kw - 1) * dw - e)
             # a tap the row buffers do not reach: a diagonal block over the outputs' inputs, accumulated
             # into the lines where the row-buffer GEMM leaves each output (its last tap's line)
             ky, kx = kk, off
@@ -758,7 +768,7 @@ class Codegen:
         padded column fewer and the first kernel column's lines, against 8 taps and a diagonal ninth over the
         outputs ("pitch" down the columns); it is shorter on images more than twice as tall as wide."""
         kh, kw = layer.weight.shape[2:]
-        return 0 if isa.DWP_TAPS * (kw - 1) + kh <= self.n else 1
+        return 0 if isa.DWP_TAPS * (kw - 1) + kh <= self.n + self.dw9 else 1   # (GEMM.dw9: a ninth column)
 
     def _pcols_lines(self, layer: ConvLayer, rows: int) -> tuple[int, int]:
         """"pcols" for `rows` output rows: (lines of the row-buffer GEMM, its pitch: padded rows per column)."""
@@ -809,9 +819,11 @@ class Codegen:
         if dw is None:
             gemm_tile = taps * self._gemm_cycles(p)
         else:
-            ntaps, skip, mode = dw
-            if mode == "pitch":  # the row-buffer GEMM, then one over the outputs per tap it does not reach
-                gemm_tile = self._gemm_cycles(self._pitch_lines(layer, r)) + (ntaps - 1) * self._gemm_cycles(p)
+            ntaps, skip, mode, fixes = dw
+            if mode == "pitch":  # the row-buffer GEMM, then one over the outputs per tap it does not reach, and
+                # one over the first outputs per tap it read zero for (a few lines)
+                gemm_tile = self._gemm_cycles(self._pitch_lines(layer, r)) + \
+                    (ntaps - 1 - fixes) * self._gemm_cycles(p) + fixes * self._gemm_cycles(1)
             elif mode == "pitch2":  # one GEMM per column phase over every padded row of the tile
                 n_rows = self._pitch2_lines(layer, r)[0]
                 gemm_tile = sum(self._gemm_cycles(n_rows * self._phase_cols(layer, a)) for a in range(ntaps))
@@ -870,7 +882,7 @@ class Codegen:
                 if not cap:
                     continue
             skip = max((t[5] for t in taps if t), default=0)
-            dw = (max(1, len(taps)), skip, mode)
+            dw = (max(1, len(taps)), skip, mode, sum(1 for t in taps if t and t[0] == -4))
             plan = self._tile_rows(layer, ho, wo, cap, dw)
             if plan is None:  # no tiling fits the mode
                 continue
@@ -887,6 +899,15 @@ class Codegen:
         self._acc_half ^= 1
         return self._acc_base()
 
+    def _dwp_block(self, blk: np.ndarray) -> bytes:
+        """A row-buffer GEMM's weights: an N x N block, or with a ninth column (GEMM.dw9, the tap in column 8)
+        two blocks, the second's first row holding column 8 (byte r for row r) and the rest zero."""
+        n = self.n
+        data = np.ascontiguousarray(blk[:, :n]).tobytes()
+        if blk.shape[1] > n and blk[:, n:].any():
+            data += np.ascontiguousarray(blk[:, n]).tobytes() + bytes(n * (n - 1))
+        return data
+
     def _dw_taps(self, layer: ConvLayer, wpad: np.ndarray, cob: int, mode: str = "rows"):
         """Depthwise-mode taps (docs/tile-v2.md): per kernel row and column phase of the stride, one GEMM
         whose weight column c multiplies the line streamed c earlier: taps kx of phase a at offsets
@@ -901,18 +922,23 @@ class Codegen:
             if not (self.dw_lines and layer.dilations == (1, 1) and kh <= isa.DWP_ROWS and kw <= isa.DWP_TAPS
                     and isa.DWP_MIN_PITCH <= wp <= self.dw_lines):
                 return None
-            blk = np.zeros((n, n), np.int8)
-            rest = []
+            cols = n + 1 if self.dw9 else n   # GEMM.dw9: column 8, the ninth PE (weights: the next block's row 0)
+            blk = np.zeros((n, cols), np.int8)
+            rest, fix = [], []
             e = self._pitch_shift(layer)
             for ky in range(kh):
                 for kx in range(kw):
                     c = isa.DWP_TAPS * (kh - 1 - ky) + kw - 1 - kx
-                    if c < n and not (ky == 0 and kx < e):
+                    tap = np.diag(diag(ky, kx)).astype(np.int8).tobytes()
+                    if c < cols:
                         blk[:, c] = diag(ky, kx)
+                        if ky == 0 and kx < e and diag(ky, kx).any():
+                            # the GEMM starts e lines late: this tap read zero for the first outputs of the first
+                            # row (their input is a pad): a GEMM over those outputs adds it (`_gemm_fields`)
+                            fix.append((-4, kx, cob, tap, 0, 0, layer.strides[1]))
                     elif diag(ky, kx).any():
-                        rest.append((ky, kx, cob, np.diag(diag(ky, kx)).astype(np.int8).tobytes(), 0, 0,
-                                     layer.strides[1]))
-            return [(-1, 0, cob, blk.tobytes(), 1, 0, 1)] + rest
+                        rest.append((ky, kx, cob, tap, 0, 0, layer.strides[1]))
+            return [(-1, 0, cob, self._dwp_block(blk), 1, 0, 1)] + rest + fix
         if mode == "pitch2":  # GEMM.dwp at stride 2: one GEMM per column phase a, over the phase's columns
             if not (self.dw_lines and layer.dilations == (1, 1) and layer.strides == (2, 2) and kh <= isa.DWP_ROWS
                     and 2 <= kw <= 2 * (isa.DWP_TAPS - 1) and self._phase_cols(layer, 1) >= isa.DWP_MIN_PITCH
@@ -933,13 +959,13 @@ class Codegen:
                     and kw <= isa.DWP_ROWS and 2 <= kw):
                 return None
             kx0 = self._pcols_first(layer)
-            blk = np.zeros((n, n), np.int8)
+            blk = np.zeros((n, n + self.dw9), np.int8)
             for ky in range(kh):
                 for kx in range(kx0, kw):
                     blk[:, isa.DWP_TAPS * (kw - 1 - kx) + kh - 1 - ky] = diag(ky, kx)
             # the kernel columns the row buffers do not reach: the "cols" GEMMs of those columns
             rest = [t for t in self._dw_taps(layer, wpad, cob, "cols") if t[0] < kx0]
-            return [(-2, 0, cob, blk.tobytes(), 1, 0, 1)] + rest
+            return [(-2, 0, cob, self._dwp_block(blk), 1, 0, 1)] + rest
         if mode == "image":
             (dy, dx), wp = layer.dilations, self.tensor(layer.src).wp
             if (kh - 1) * dy * wp + (kw - 1) * dx >= n:

@@ -314,17 +314,22 @@ def test_depthwise_on_a_tall_narrow_image_streams_down_the_columns(stride):
     assert sum(i.get("n_outer") * i.get("n_inner") for i in dw) < row_wise
 
 
-@pytest.mark.parametrize("target,c,h,w,stride,kind", [
-    ("tile8x8", 16, 12, 12, 1, "rows"), ("tile8x8", 8, 25, 25, 1, "rows"), ("tile8x8", 16, 21, 21, 2, "phases"),
-    ("tile32x32", 32, 20, 20, 1, "cols"), ("tile8x8", 16, 25, 5, 1, "rows")])
-def test_depthwise_over_rows(target, c, h, w, stride, kind):
-    """GEMM.dwp: one depthwise GEMM streams whole padded rows with 8 of the 9 taps (a kernel row in 3 columns,
-    the rows a row pitch apart through the row buffers), the ninth tap a diagonal GEMM over the outputs
-    ("pitch"; with the left and right pads in one column a row of w pixels is w + 1 lines, which makes it the
-    cheapest on DS-CNN's 25x5 maps too); on tile32x32 down the padded columns instead with all 9 taps ("pcols":
-    a column a line apart, the row pitch between taps of a row); at stride 2 one GEMM per column phase over
-    every other column ("pitch2": 6 taps and 3). Exact against the int8 reference, chosen by the cost model,
-    and it streams fewer lines than the best schedule without the row buffers."""
+@pytest.mark.parametrize("target,c,h,w,stride,kind,ninth", [
+    ("tile8x8", 16, 12, 12, 1, "rows", True), ("tile8x8", 8, 25, 25, 1, "rows", True),
+    ("tile8x8", 16, 21, 21, 2, "rows", True), ("tile8x8", 16, 21, 21, 2, "phases", False),
+    ("tile8x8", 16, 12, 12, 1, "rows", False), ("tile32x32", 32, 20, 20, 1, "rows", False),
+    ("tile8x8", 16, 25, 5, 1, "rows", True), ("tile8x8", 16, 25, 2, 1, "cols", True),
+    ("tile8x8", 16, 25, 2, 1, "cols", False)])
+def test_depthwise_over_rows(target, c, h, w, stride, kind, ninth):
+    """GEMM.dwp: one depthwise GEMM streams whole padded rows, a kernel row in 3 columns, the rows a row pitch
+    apart through the row buffers ("pitch"; with the left and right pads in one column a row of w pixels is
+    w + 1 lines). tile8x8 holds all 9 taps with its ninth PE (GEMM.dw9; without it 8, the ninth tap a diagonal
+    GEMM over the outputs), at stride 1 and 2 (every row streamed, every other output read), tile32x32 all 9 in
+    its columns; the tap of the first output that reads the line before the GEMM (it starts one line late) is
+    added by a GEMM over that output. Too short a pitch (w = 2: 3 lines): down the padded columns ("pcols", 9 or
+    6 taps, the first kernel column then in a "cols" GEMM); stride 2 without the ninth PE: one GEMM per column
+    phase over every other column ("pitch2": 6 taps and 3). Exact against the int8 reference, chosen by the cost
+    model, and it streams fewer lines than the best schedule without the row buffers."""
     from hwc import isa
 
     b = QBuilder(seed=c + h)
@@ -333,18 +338,21 @@ def test_depthwise_over_rows(target, c, h, w, stride, kind):
     g = b.output(b.conv(y, c, k=3, stride=stride, pads=[1, 1, 1, 1], group=c, relu=True))
     wp = w + 1   # the row pitch: the left and right pads share a column (TileTensor.share_pad_column)
     lines = []
-    for t in (TARGETS[target], tile_variant(TARGETS[target], dw_line_buffer=0)):
+    tile = TARGETS[target] if ninth == TARGETS[target]["features"]["dw_ninth_tap"] else \
+        tile_variant(TARGETS[target], dw_ninth_tap=ninth)
+    for t in (tile, tile_variant(tile, dw_line_buffer=0)):
         art = check_exact(g, t)
         prog = isa.from_bytes(art.program)
         lines.append(sum(i.get("n_outer") * i.get("n_inner") for i in prog if i.op == isa.Op.GEMM))
-        if t is TARGETS[target]:
+        if t is tile:
             dwp = [i for i in prog if i.op == isa.Op.GEMM and i.get("dwp")]
+            assert all(i.get("dw9") == (ninth and kind != "phases") for i in dwp), "the ninth PE where it exists"
             assert dwp, "the row buffers are used"
             if kind == "cols":  # down the columns: the pitch is the padded rows of a pixel tile's columns, the next
-                # column a line on, every padded column (x = -1 to w) with all 9 taps
-                assert all(i.get("act_si") == wp and i.get("act_so") == 1 and i.get("n_outer") == w + 2
+                # column a line on, every padded column (x = -1 to w) with 9 taps, or from x = 0 with 6
+                assert all(i.get("act_si") == wp and i.get("act_so") == 1 and i.get("n_outer") == w + 1 + ninth
                            and i.get("n_inner") <= h + 2 for i in dwp)
-                assert all(not i.get("dw") or i.get("dwp") for i in prog if i.op == isa.Op.GEMM)
+                assert ninth == all(not i.get("dw") or i.get("dwp") for i in prog if i.op == isa.Op.GEMM)
             elif kind == "phases":  # every other column of every padded row: the even and the odd ones
                 assert all(i.get("act_si") == 2 and i.get("act_so") == wp for i in dwp)
                 assert {i.get("n_inner") for i in dwp} == {(w + 3) // 2, (w + 2) // 2}   # up to x = w (a pad)
@@ -522,3 +530,24 @@ def test_the_first_blocks_halo_is_filled_while_the_array_drains():
     last_ppu = max(k for k, i in enumerate(prog) if layer[k] == 0 and i.op == isa.Op.PPU)
     first = min(k for k, i in enumerate(prog) if layer[k] == 1 and i.op == isa.Op.GEMM)
     assert res.start[first] < res.end[last_ppu], (res.start[first], res.end[last_ppu])
+
+
+def test_left_and_right_pads_share_a_column():
+    """A tensor padded 1 on the left and right is stored with a row pitch of w + 1 lines: pixel (y, w), the right
+    pad, is line (y + 1, -1), the next row's left pad (TileTensor.share_pad_column), plus one tail line per
+    channel block for the last pad row's right pad. A right pad wider than the left one keeps its lines. Exact
+    against the int8 reference; the memory map reports the pitch."""
+    b = QBuilder(seed=12)
+    x = b.input("x", (1, 16, 10, 7), zp=-5)
+    y = b.conv(x, 16, k=1, relu=True)
+    z = b.conv(y, 16, k=3, pads=[1, 1, 1, 1], group=16, relu=True)        # reads y: pads 1, 1, 1, 1
+    u = b.conv(z, 16, k=3, stride=2, pads=[0, 0, 1, 1], group=16)          # reads z: no left pad
+    check_exact(b.output(u), TARGETS["tile8x8"])
+    from hwc.tile.build import schedule
+
+    (plan, _, _), = schedule(b.g, TARGETS["tile8x8"])
+    t_y, t_z = plan.tensors[y], plan.tensors[z]
+    assert t_y.pads == [1, 1, 1, 0] and t_y.wp == 8 and t_y.tail == 1 and t_y.block_lines == 12 * 8 + 1
+    # (3, 7) is (4, -1); the last pad row's right pad (10, 7) is the tail line, the next block follows it
+    assert t_y.line(0, 3, 7) == t_y.line(0, 4, -1) and t_y.line(1, -1, -1) == t_y.line(0, 10, 7) + 1
+    assert t_z.pads == [0, 0, 1, 1] and t_z.wp == 8 and t_z.tail == 0
