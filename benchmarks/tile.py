@@ -86,7 +86,8 @@ def measure(model, target_name: str, v1: bool = False, wgt_read_rows: int | None
     peak = target["array"]["rows"] * target["array"]["cols"]
     bus_beats = sum(i.get("rows") * i.get("row_beats") for i in prog if i.op == isa.Op.LOAD)
     return {"streaming": lines / r["cycles"], "pe_use": r["macs"] / (peak * lines), "dw_lines": dw_lines / lines,
-            "map_ceiling": r["macs"] / (peak * min_lines(r, target, depthwise)), "bus_ceiling": r["macs"] / (peak * bus_beats),
+            "map_ceiling": r["macs"] / (peak * min_lines(r, target, depthwise)),
+            "bus_ceiling": r["macs"] / (peak * bus_beats),
             "cycles": r["cycles"], "util": r["utilization"], "hidden": r["weight_load_hidden"],
             "no_db": no_db["cycles"], "no_db_util": no_db["utilization"], "no_db_hidden": no_db["weight_load_hidden"],
             "no_stack": no_stack, "compile_s": compile_s, "run_s": statistics.median(runs), "macs": r["macs"]}
