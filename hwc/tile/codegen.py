@@ -779,7 +779,8 @@ class Codegen:
     def _pitch_shift(self, layer: ConvLayer) -> int:
         """"pitch": lines the last output's last tap lies past its padded row (a right pad stored in the next
         row's left pad, `TileTensor.share_pad_column`). The GEMM starts that many lines later, so that it ends
-        there; those first lines of the first row then read zero: the taps that read them go diagonal."""
+        there; those first lines of the first row then read zero through the row buffers (not the pad's zero
+        point): a tap reading them is added by a GEMM over the first outputs (`_dw_taps`), or is diagonal anyway."""
         src, wo = self.tensor(layer.src), self.tensor(layer.dst).w
         x_last = (wo - 1) * layer.strides[1] + (layer.weight.shape[3] - 1) * layer.dilations[1] - layer.pads[1]
         return max(0, x_last - (src.w + src.pads[3] - 1))

@@ -176,6 +176,17 @@ def test_inconsistent_target_yaml(tmp_path):
         p.write_text(yaml.safe_dump(doc))
         with pytest.raises(TargetError, match=msg):
             load_target(str(p))
+    doc["scratchpad"]["wgt_read_rows"] = 2
+    # the ninth depthwise PE goes with the row buffers, on an 8-column array
+    doc["scratchpad"]["dw_line_buffer"] = 0
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(TargetError, match="features.dw_ninth_tap needs scratchpad.dw_line_buffer"):
+        load_target(str(p))
+    doc32 = yaml.safe_load(open(load_target.__globals__["resources"].files("hwc.targets") / "tile32x32.yaml"))
+    doc32["features"]["dw_ninth_tap"] = True
+    p.write_text(yaml.safe_dump(doc32))
+    with pytest.raises(TargetError, match="features.dw_ninth_tap is for arrays of 8 columns"):
+        load_target(str(p))
 
 
 @pytest.mark.parametrize("c", [4, 8, 16])
