@@ -126,10 +126,11 @@ def _tile_energy(art) -> None:
     layers.append({"name": OTHER, "op": "", **_split(rep["other_events"], pj)})
     total_ev = ev.clean(_total_events(rep))
     variants = [{"key": "as_built", "label": "as built (int8)", "cycles": rep["cycles"], **_split(total_ev, pj)}]
+    # each variant keeps the build's tiling and load choices (`pin`): one program each, not another search
     for key, label, kw in (("no_double_buffer", "weight double-buffering off",   # the same choices otherwise
                             {"double_buffer": False, "pin": rep["schedule"]}),
                            ("no_stacking", "stacking off (no im2col, no space-to-depth)",
-                            {"stack": False, "im2col": False})):
+                            {"stack": False, "im2col": False, "pin": rep["schedule"]})):
         try:
             alt = build_tile(art.graph, target, hdl=False, **kw).report
         except Exception as e:  # e.g. a variant that does not fit the scratchpad: say so
