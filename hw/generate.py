@@ -40,11 +40,34 @@ def ports_of(component: wiring.Component) -> list[dict]:
     return out
 
 
-def verilog_text(target: dict) -> tuple[str, Tile]:
+def _cache_key(target: dict) -> str:
+    """What tile.v is a function of: the validated target, the generator's sources and Amaranth's version."""
+    import amaranth
+
+    h = hashlib.sha256(json.dumps(target, sort_keys=True, default=str).encode() + amaranth.__version__.encode())
+    for path in sorted(Path(__file__).parent.glob("*.py")) + [Path(isa.__file__)]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:32]
+
+
+def verilog_text(target: dict, cache: bool = True) -> tuple[str, Tile]:
+    """tile.v's text. Elaborating and converting the tile takes seconds, so the text is kept under
+    $HWC_CACHE (default ~/.cache/hwc)/hdl/, named by `_cache_key`; `cache=False` always converts."""
     tile = Tile(target)
+    path = Path(os.environ.get("HWC_CACHE", Path.home() / ".cache" / "hwc")) / "hdl" / f"{_cache_key(target)}.v"
+    if cache:
+        try:
+            return path.read_text(), tile
+        except OSError:
+            pass
     with dsp.as_instances():  # every multiplier an instance of hwc_mul18, defined at the end
-        text = verilog.convert(tile, name=TOP, emit_src=False, strip_internal_attrs=True)
-    return text + dsp.VERILOG, tile
+        text = verilog.convert(tile, name=TOP, emit_src=False, strip_internal_attrs=True) + dsp.VERILOG
+    if cache:
+        try:  # written whole, then renamed: a reader never sees half a file
+            write_atomic(path.parent, {path.name: text})
+        except OSError:
+            pass   # (a read-only cache: convert every time)
+    return text, tile
 
 
 def describe(target: dict, tile: Tile, text: str) -> dict:
