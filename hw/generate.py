@@ -40,6 +40,12 @@ def ports_of(component: wiring.Component) -> list[dict]:
     return out
 
 
+def cache_root() -> Path:
+    """Where hwc keeps what it can make again: $HWC_CACHE, default ~/.cache/hwc (hdl/ here, rtl/ for the
+    compiled simulators of hwc.sim.rtl)."""
+    return Path(os.environ.get("HWC_CACHE", Path.home() / ".cache" / "hwc"))
+
+
 def _cache_key(target: dict) -> str:
     """What tile.v is a function of: the validated target, the generator's sources and Amaranth's version."""
     import amaranth
@@ -54,7 +60,7 @@ def verilog_text(target: dict, cache: bool = True) -> tuple[str, Tile]:
     """tile.v's text. Elaborating and converting the tile takes seconds, so the text is kept under
     $HWC_CACHE (default ~/.cache/hwc)/hdl/, named by `_cache_key`; `cache=False` always converts."""
     tile = Tile(target)
-    path = Path(os.environ.get("HWC_CACHE", Path.home() / ".cache" / "hwc")) / "hdl" / f"{_cache_key(target)}.v"
+    path = cache_root() / "hdl" / f"{_cache_key(target)}.v"
     if cache:
         try:
             return path.read_text(), tile

@@ -109,11 +109,6 @@ class TileParams:
         return isa.preload_cycles(self.n, self.wgt_read_rows)
 
     @property
-    def preload_cycles_dw9(self) -> int:
-        """WGT reads that preload a GEMM.dw9 block (isa.Timing.PRELOAD_DW9): one word more, the next block's first."""
-        return isa.preload_cycles(self.n, self.wgt_read_rows, dw9=True)
-
-    @property
     def param_entry_beats(self) -> int:
         return isa.param_entry_beats(self.n, self.beat_bytes)
 

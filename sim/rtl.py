@@ -46,7 +46,9 @@ class Scenario:
 
 
 def default_build_root() -> Path:
-    return Path(os.environ.get("HWC_CACHE", Path.home() / ".cache" / "hwc")) / "rtl"
+    from hwc.hw.generate import cache_root
+
+    return cache_root() / "rtl"
 
 
 @contextmanager
