@@ -15,7 +15,10 @@ import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -56,11 +59,43 @@ def _cache_key(target: dict) -> str:
     return h.hexdigest()[:32]
 
 
+def _cache_path(target: dict) -> Path:
+    return cache_root() / "hdl" / f"{_cache_key(target)}.v"
+
+
+def convert_in_background(target: dict) -> subprocess.Popen | None:
+    """Start converting the tile of a validated target into the cache in another process, unless tile.v is
+    cached already (None then). `hwc build` does so first and quantizes and schedules meanwhile, on another
+    core; its `verilog_text` then waits for the process (`finish_background`) and reads the cache, or
+    converts itself if the process failed to write it."""
+    if _cache_path(target).is_file():
+        return None
+    code = ("import pickle, signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(1)); "  # (cleans up)
+            "from hwc.hw.generate import verilog_text; verilog_text(pickle.load(sys.stdin.buffer))")
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        proc.stdin.write(pickle.dumps(target))
+        proc.stdin.close()
+    except OSError:
+        return None
+    return proc
+
+
+def finish_background(proc: subprocess.Popen | None, kill: bool = False) -> None:
+    """Wait for (or with `kill`, stop) a `convert_in_background` process."""
+    if proc is None:
+        return
+    if kill:
+        proc.terminate()   # (its temporary files go: write_atomic's cleanup runs on SIGTERM)
+    proc.wait()
+
+
 def verilog_text(target: dict, cache: bool = True) -> tuple[str, Tile]:
     """tile.v's text. Elaborating and converting the tile takes seconds, so the text is kept under
     $HWC_CACHE (default ~/.cache/hwc)/hdl/, named by `_cache_key`; `cache=False` always converts."""
     tile = Tile(target)
-    path = cache_root() / "hdl" / f"{_cache_key(target)}.v"
+    path = _cache_path(target)
     if cache:
         try:
             return path.read_text(), tile

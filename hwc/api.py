@@ -53,10 +53,22 @@ def build(
         from hwc.quant.build import quant_report, quantize_model
         from hwc.quant.search import cost_of
 
-        graph = quantize_model(graph, tgt, calib, quant_config, progress=sys.stderr.isatty())
-        report = {"target": tgt["name"], **summary(graph), "quant": quant_report(graph)}
-        report["macs"] = cost_of(graph, tgt["kind"])[0]
-        return _artifact(tgt, graph, report, {"int8": True, "quant_mode": report["quant"]["mode"]}, triple, cpu, hdl)
+        hdl_job = None
+        if tgt["kind"] == "tile" and hdl:  # tile.v converts on another core while we quantize and schedule
+            from hwc.hw.generate import convert_in_background
+
+            hdl_job = convert_in_background(tgt)
+        try:
+            graph = quantize_model(graph, tgt, calib, quant_config, progress=sys.stderr.isatty())
+            report = {"target": tgt["name"], **summary(graph), "quant": quant_report(graph)}
+            report["macs"] = cost_of(graph, tgt["kind"])[0]
+            info = {"int8": True, "quant_mode": report["quant"]["mode"]}
+            return _artifact(tgt, graph, report, info, triple, cpu, hdl, hdl_job)
+        finally:
+            if hdl_job is not None:
+                from hwc.hw.generate import finish_background
+
+                finish_background(hdl_job, kill=hdl_job.poll() is None)
     from hwc.passes import optimize
 
     graph, stats = optimize(graph, tgt, **(passes or {}))
@@ -64,17 +76,18 @@ def build(
     return _artifact(tgt, graph, report, {"int8": False}, triple, cpu, hdl)
 
 
-def _artifact(tgt, graph, report, info, triple, cpu, hdl=True) -> Artifact:
+def _artifact(tgt, graph, report, info, triple, cpu, hdl=True, hdl_job=None) -> Artifact:
     """The target kind's artifact for the optimized (or quantized) graph, its report completed
-    with the data report.html and `hwc report` show (hwc.report.data)."""
+    with the data report.html and `hwc report` show (hwc.report.data). `hdl_job`: a tile.v conversion
+    running in another process (hwc.hw.generate.convert_in_background)."""
     from hwc.report.data import complete
 
-    art = _backend_artifact(tgt, graph, report, info, triple, cpu, hdl)
+    art = _backend_artifact(tgt, graph, report, info, triple, cpu, hdl, hdl_job)
     complete(art)
     return art
 
 
-def _backend_artifact(tgt, graph, report, info, triple, cpu, hdl) -> Artifact:
+def _backend_artifact(tgt, graph, report, info, triple, cpu, hdl, hdl_job=None) -> Artifact:
     """The target kind's backend builds the artifact."""
     if tgt["kind"] == "cpu":
         from hwc.backends.cpu import build_artifact
@@ -83,7 +96,7 @@ def _backend_artifact(tgt, graph, report, info, triple, cpu, hdl) -> Artifact:
     if tgt["kind"] == "tile":
         from hwc.tile.build import build_tile
 
-        art = build_tile(graph, tgt, hdl=hdl)
+        art = build_tile(graph, tgt, hdl=hdl, hdl_job=hdl_job)
         art.report["quant"] = report["quant"]
         return art
     return RefArtifact(tgt, graph, report, info)

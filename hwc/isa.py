@@ -239,27 +239,49 @@ class Insn:
         return f"{self.op.name}{w}{' ' + args if args else ''}"
 
 
+def _specs() -> dict[Op, tuple]:
+    """op -> (field names in layout order, defaults, {name: (lo, hi)}, ((lsb, mask), ...)): make/encode's tables."""
+    out = {}
+    for op, table in LAYOUT.items():
+        out[op] = (tuple(table), {k: f.default for k, (_, f) in table.items() if f.default is not None},
+                   {k: (f.lo_val, f.hi_val) for k, (_, f) in table.items()},
+                   tuple((pos, (1 << f.width) - 1) for pos, f in table.values()))
+    return out
+
+
+_SPECS = _specs()
+
+
 def make(op: Op, wait: Wait = Wait.NONE, /, **values: int) -> Insn:
     """Build an instruction, checking every field is present and fits its width."""
-    layout = LAYOUT[op]
-    values = {**{k: f.default for k, (_, f) in layout.items() if f.default is not None}, **values}
-    missing = [k for k in layout if k not in values]
-    extra = [k for k in values if k not in layout]
-    if missing or extra:
+    names, defaults, ranges, _ = _SPECS[op]
+    if defaults:
+        values = {**defaults, **values}
+    if values.keys() != ranges.keys():
+        missing = [k for k in names if k not in values]
+        extra = [k for k in values if k not in ranges]
         raise ValueError(f"{op.name}: missing fields {missing}, unknown fields {extra}")
-    for k, v in values.items():
-        f = layout[k][1]
-        if not f.lo_val <= int(v) <= f.hi_val:
+    out = []
+    for k, (lo, hi) in ranges.items():
+        v = int(values[k])
+        if not lo <= v <= hi:
+            f = LAYOUT[op][k][1]
             raise ValueError(f"{op.name}.{k} = {v} does not fit {f.width} "
-                             f"{'signed ' if f.signed else ''}bits [{f.lo_val}, {f.hi_val}]")
-    return Insn(op, Wait(wait), tuple((k, int(values[k])) for k in layout))
+                             f"{'signed ' if f.signed else ''}bits [{lo}, {hi}]")
+        out.append((k, v))
+    return Insn(op, wait if type(wait) is Wait else Wait(wait), tuple(out))
 
 
 def encode(insn: Insn) -> int:
     word = (int(insn.op) << OPCODE_LSB) | (int(insn.wait) << WAIT_LSB)
-    for name, (pos, f) in LAYOUT[insn.op].items():
-        v = insn.get(name)
-        word |= (v & ((1 << f.width) - 1)) << pos
+    names, _, _, places = _SPECS[insn.op]
+    if len(insn.fields) == len(names) and all(a == b for (a, _), b in zip(insn.fields, names)):
+        for (_, v), (pos, mask) in zip(insn.fields, places):
+            word |= (v & mask) << pos
+        return word
+    values = dict(insn.fields)  # fields in another order (an Insn built by hand)
+    for name, (pos, mask) in zip(names, places):
+        word |= (values[name] & mask) << pos
     return word
 
 

@@ -209,7 +209,11 @@ class TileModel:
         return True
 
     # ---- run ----
-    def run(self, program: bytes | None, dram: bytearray, prog_addr: int = 0, max_insns: int = 10_000_000) -> Result:
+    def run(self, program: bytes | None, dram: bytearray, prog_addr: int = 0, max_insns: int = 10_000_000,
+            *, data: bool = True) -> Result:
+        """Execute the program in `dram` from instruction `prog_addr`. `data=False` counts the cycles only (the
+        timing never depends on the data; the scheduler times its candidates so): no memory is read or written
+        but the instructions, and every check of the instructions still runs."""
         if not isinstance(dram, bytearray):
             raise ModelError("dram must be a bytearray (the model writes STORE results into it)")
         base = prog_addr * isa.INSN_BYTES
@@ -278,7 +282,8 @@ class TileModel:
                 if f["mem"] == Mem.ACT:
                     act_load_end = end
                 busy["load"].add(ti + 1, end)
-                self._load(f, beats)
+                if data:
+                    self._load(f, beats)
                 stats["bytes_loaded"] += total * self.beat
             elif op == Op.STORE:
                 ti = max(ti, store_end + lag, act_load_end + lag, post_end + lag)
@@ -286,7 +291,8 @@ class TileModel:
                 start, end = ti, ti + t.STORE_OVERHEAD + total
                 store_end = end
                 busy["store"].add(ti + 1, end)
-                self._store(f, beats)
+                if data:
+                    self._store(f, beats)
                 stats["bytes_stored"] += total * self.beat
             elif op == Op.GEMM:
                 ti = max(ti, gemm_accept + lag)
@@ -298,7 +304,8 @@ class TileModel:
                 older = older[1:] + [cmp_end]
                 cmp_end = max(cmp_end, end)
                 busy["compute"].add(ti + 1, end)
-                self._gemm(f)
+                if data:
+                    self._gemm(f)
                 stats["macs"] += p * n * n
             elif op in (Op.PPU, Op.VEC, Op.FILL):
                 ti = (max(ti, post_end + lag, act_load_end + lag, store_end + lag) if self.post_unit
@@ -307,14 +314,17 @@ class TileModel:
                     ti = max(ti, older[-f["lag"]] + lag)
                 if op == Op.PPU:
                     end = ti + t.PPU_OVERHEAD + f["n_outer"] * f["n_inner"]
-                    self._ppu(f)
+                    if data:
+                        self._ppu(f)
                 elif op == Op.VEC:
                     end = ti + t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * f["n_outer"] * f["n_inner"]
-                    self._vec(f)
+                    if data:
+                        self._vec(f)
                 else:
                     end = ti + t.FILL_OVERHEAD + f["rows"] * f["count"]
-                    idx = _grid(f["addr"], f["rows"], f["stride"], f["count"], 1)
-                    self.act[idx] = np.int8(np.uint8(f["value"]).view(np.int8))
+                    if data:
+                        idx = _grid(f["addr"], f["rows"], f["stride"], f["count"], 1)
+                        self.act[idx] = np.int8(np.uint8(f["value"]).view(np.int8))
                 start = ti
                 if self.post_unit:
                     post_end = end

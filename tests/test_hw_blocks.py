@@ -397,3 +397,23 @@ def test_tile_params_come_from_the_target_only():
         assert p.wgt_rows * p.n == t["derived"]["wgt_bytes"]
     with pytest.raises(ValueError, match="validated tile target"):
         TileParams.from_target({"kind": "cpu", "name": "cpu"})
+
+
+def test_tile_v_converts_in_the_background_into_the_cache(tmp_path, monkeypatch):
+    """`hwc build` converts tile.v in another process while it schedules (hwc.hw.generate.convert_in_background):
+    the cached text is the in-process conversion's, and a cached target starts no process."""
+    from hwc.hw.generate import convert_in_background, finish_background, verilog_text
+
+    monkeypatch.setenv("HWC_CACHE", str(tmp_path))
+    t = small_target()
+    proc = convert_in_background(t)
+    assert proc is not None, "nothing cached yet: a conversion starts"
+    finish_background(proc)
+    assert proc.returncode == 0
+    cached = list((tmp_path / "hdl").glob("*.v"))
+    assert len(cached) == 1
+    assert cached[0].read_text() == verilog_text(t, cache=False)[0]
+    assert convert_in_background(t) is None, "cached: no second conversion"
+    killed = convert_in_background(small_target(n=2))
+    finish_background(killed, kill=True)   # (a build that failed meanwhile): no half-written file
+    assert [p.name for p in (tmp_path / "hdl").iterdir()] == [cached[0].name]

@@ -95,7 +95,7 @@ class Group:
 
 @dataclass
 class TileProgram:
-    program: list[isa.Insn]
+    program: list[isa.Insn]         # (bytes, as isa.to_bytes, in the candidate search's worker answers)
     dram: bytearray                 # constant image: params + weight groups
     dram_regions: list[dict]        # name, offset, size, kind
     inputs: dict[str, int]          # tile tensor -> DRAM byte offset
@@ -1381,9 +1381,11 @@ class Codegen:
         for k, (name, cb) in enumerate(d for d in store_order if d not in stored):
             store(name, cb, first_wait if k == 0 else Wait.NONE)
         emit(Op.FINISH, Wait.ALL)
-        for rec in layer_records:
-            idx = [i for i, li in enumerate(insn_layer) if li == layer_records.index(rec)]
-            rec["insns"] = [min(idx), max(idx) + 1] if idx else [0, 0]
+        span: dict[int, list[int]] = {}   # layer -> [first instruction, last + 1]
+        for i, li in enumerate(insn_layer):
+            span.setdefault(li, [i, i])[1] = i + 1
+        for k, rec in enumerate(layer_records):
+            rec["insns"] = span.get(k, [0, 0])
             del rec["groups"]
         return TileProgram(prog, dram, regions, inputs, outputs, io_off, act, layer_records, insn_layer)
 

@@ -562,3 +562,33 @@ def test_left_and_right_pads_share_a_column():
     # (3, 7) is (4, -1); the last pad row's right pad (10, 7) is the tail line, the next block follows it
     assert t_y.line(0, 3, 7) == t_y.line(0, 4, -1) and t_y.line(1, -1, -1) == t_y.line(0, 10, 7) + 1
     assert t_z.pads == [0, 0, 1, 1] and t_z.wp == 8 and t_z.tail == 0
+
+
+def test_the_candidate_search_in_worker_processes_gives_the_same_programs(monkeypatch):
+    """A big segment's candidates are generated and timed in forked workers (hwc.tile.build.search_jobs); the
+    choices, programs and images must be those of the search in one process, and the winner still exact."""
+    import hwc.tile.build as tb
+    from hwc import isa
+
+    b = QBuilder(seed=4)
+    x = b.input("x", (1, 3, 16, 16), zp=-3)     # a thin first layer: with and without the host im2col
+    y = b.conv(x, 16, relu=True)
+    y = b.conv(y, 24, stride=2, relu=True)
+    g = b.output(b.gap(b.conv(y, 8, k=1)))
+    target = TARGETS["tile8x8"]
+    here, programs = [], tb._programs
+    monkeypatch.setattr(tb, "_programs", lambda *a, **k: here.append(a) or programs(*a, **k))
+
+    def flat(segments):
+        return [(isa.to_bytes(prog.program), bytes(prog.dram), prog.layers, choice) for _, prog, choice in segments]
+
+    serial = schedule(g, target, jobs=1)
+    assert len(here) == 2 * 3, "jobs=1: both im2col variants x three tiling policies, in this process"
+    parallel = schedule(g, target, jobs=2)
+    assert len(here) == 6, "jobs=2: the candidates ran in the workers"
+    assert flat(parallel) == flat(serial)
+    assert all(isinstance(i, isa.Insn) for i in parallel[0][1].program), "the winner's program is instructions"
+    assert tb.search_jobs(1) == 1 and tb.search_jobs(3) == 3
+    monkeypatch.setenv("HWC_JOBS", "1")
+    assert tb.search_jobs() == 1
+    check_exact(g, target)
