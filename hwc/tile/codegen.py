@@ -486,7 +486,10 @@ class Codegen:
         cbo, cbi = -(-m // n), -(-c // n)
         wpad = np.zeros((cbo * n, cbi * n, kh, kw), np.int8)
         wpad[:m, :c] = layer.weight
-        dw_mode = (self.depthwise and layer.group == c == m and kw > 1 and src.s2d == dst.s2d == 1)
+        # depthwise mode; also over stacked pixels (`space_to_depth`) of whole channel blocks: every weight block
+        # (output block, input block, tap) is then diagonal or zero (`_dw_taps`, "rows" and "cols")
+        dw_mode = (self.depthwise and kw > 1 and layer.group * src.s2d == c and layer.group * dst.s2d == m
+                   and (src.s2d == dst.s2d == 1 or layer.group % n == 0))
         mode = "rows"   # depthwise: diag rows cols image pitch pcols pitch2 (docs/tile-v2.md, "Depthwise schedules")
         dw_cost = None
         if dw_mode and self.tiling in ("cost", "quarter"):  # ("quarter" tiles the other layers its own way)
@@ -917,7 +920,13 @@ class Codegen:
         not fit the mode."""
         n = self.n
         _, _, kh, kw = wpad.shape
-        diag = lambda ky, kx: np.diagonal(wpad[cob * n:(cob + 1) * n, cob * n:(cob + 1) * n, ky, kx])  # noqa: E731
+        diag = lambda ky, kx, cib=cob: np.diagonal(wpad[cob * n:(cob + 1) * n, cib * n:(cib + 1) * n, ky, kx])  # noqa: E731
+        # stacked pixels (s2d > 1): output block cob reads every input block whose (diagonal) weights are not zero,
+        # by "rows" or "cols" GEMMs; the other modes read the output's own block only
+        stacked = self.tensor(layer.src).s2d > 1 or self.tensor(layer.dst).s2d > 1
+        if stacked and mode not in ("rows", "cols", "image"):
+            return None
+        cibs = range(wpad.shape[1] // n) if stacked else (cob,)
         if mode == "pitch":  # GEMM.dwp: tap (ky, kx) in column DWP_TAPS*(kh-1-ky) + kw-1-kx; the rest diagonal
             wp = self.tensor(layer.src).wp
             if not (self.dw_lines and layer.dilations == (1, 1) and kh <= isa.DWP_ROWS and kw <= isa.DWP_TAPS
@@ -971,32 +980,39 @@ class Codegen:
             (dy, dx), wp = layer.dilations, self.tensor(layer.src).wp
             if (kh - 1) * dy * wp + (kw - 1) * dx >= n:
                 return None
-            blk = np.zeros((n, n), np.int8)
-            for ky in range(kh):
-                for kx in range(kw):
-                    blk[:, (kh - 1 - ky) * dy * wp + (kw - 1 - kx) * dx] = diag(ky, kx)
-            return [(0, 0, cob, blk.tobytes(), 1, 0, 1)]
+            taps = []
+            for cib in cibs:
+                blk = np.zeros((n, n), np.int8)
+                for ky in range(kh):
+                    for kx in range(kw):
+                        blk[:, (kh - 1 - ky) * dy * wp + (kw - 1 - kx) * dx] = diag(ky, kx, cib)
+                if blk.any() or not stacked:
+                    taps.append((0, 0, cib, blk.tobytes(), 1, 0, 1))
+            return taps
         if mode == "cols":
             kh, kw = kw, kh
             sx, dx, pl = layer.strides[0], layer.dilations[0], layer.pads[0]
         else:
             sx, dx, pl = layer.strides[1], layer.dilations[1], layer.pads[1]
+        tap = (lambda ky, kx, cib: diag(kx, ky, cib)) if mode == "cols" else diag
         taps = []
         for ky in range(kh):
             for a in range(sx):
-                kxs = [kx for kx in range(kw) if (kx * dx - pl - a) % sx == 0]
-                if not kxs:
-                    continue
-                d = {kx: (kx * dx - pl - a) // sx for kx in kxs}
-                dmin, dmax = min(d.values()), max(d.values())
-                skip = dmax - dmin
-                if skip > 7 or skip >= n:
-                    return None
-                blk = np.zeros((n, n), np.int8)
-                for kx in kxs:
-                    blk[:, dmax - d[kx]] = diag(kx, ky) if mode == "cols" else diag(ky, kx)
-                if blk.any():
-                    taps.append((ky, sx * dmin + a, cob, blk.tobytes(), 1, skip, sx))
+                phase = [kx for kx in range(kw) if (kx * dx - pl - a) % sx == 0]
+                for cib in cibs:
+                    kxs = [kx for kx in phase if tap(ky, kx, cib).any()] if stacked else phase
+                    if not kxs:
+                        continue
+                    d = {kx: (kx * dx - pl - a) // sx for kx in kxs}
+                    dmin, dmax = min(d.values()), max(d.values())
+                    skip = dmax - dmin
+                    if skip > 7 or skip >= n:
+                        return None
+                    blk = np.zeros((n, n), np.int8)
+                    for kx in kxs:
+                        blk[:, dmax - d[kx]] = tap(ky, kx, cib)
+                    if blk.any():
+                        taps.append((ky, sx * dmin + a, cib, blk.tobytes(), 1, skip, sx))
         return taps
 
     def emit_gap(self, layer: GapLayer, loads: dict) -> None:

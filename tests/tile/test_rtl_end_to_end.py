@@ -209,6 +209,34 @@ def test_shifted_stacking_on_the_v2_tile_rtl_equals_model_equals_int8_reference(
     _rtl_equals_model_equals_reference(art, g, feeds)
 
 
+def test_depthwise_over_stacked_pixels_through_the_rtl():
+    """A depthwise layer over stacked pixels of whole channel blocks (docs/tile-v2.md, "Depthwise over stacked
+    pixels"): its GEMMs read the other pixel's block in the depthwise mode (stride 1, then stride 2 back to one
+    pixel a line). Through the generated tile.v: RTL == model == int8 reference."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.tile.build import build_tile
+
+    target = load_target("tile8x8")
+    b = QBuilder(seed=34)
+    x = b.input("x", (1, 4, 6, 8), zp=3)                    # 4 channels: two pixels a line
+    y = b.conv(x, 8, k=1, relu=True)                        # 8 channels, stacked as its input
+    y = b.conv(y, 8, k=3, group=8, relu=True)               # depthwise over stacked pixels, stride 1
+    g = b.output(b.conv(y, 8, k=3, stride=2, pads=[0, 0, 1, 1], group=8))   # stride 2: one pixel a line
+    verify(g)
+    art = build_tile(g, target, hdl=True)
+    dw = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM and i.dw]
+    src = next(a for a in art.memory_map["act"] if a["pixels_per_line"] == 2 and a["channels"] == 16)
+    read = {(i.act - src["offset"]) // src["block_lines"] for i in dw
+            if src["offset"] <= i.act < src["offset"] + src["size"]}
+    assert read == {0, 1}, "the stride-1 depthwise layer reads both pixels' blocks in the depthwise mode"
+    feeds = {"x": np.random.default_rng(6).integers(-128, 128, (1, 4, 6, 8)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)
+
+
 def _rtl_equals_model_equals_reference(art, g, feeds):
     """The tile model's and the RTL's outputs equal the int8 reference's, with equal cycle counts."""
     from hwc.ref.interp import run_graph
