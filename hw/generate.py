@@ -98,9 +98,12 @@ def verilog_text(target: dict, cache: bool = True) -> tuple[str, Tile]:
     path = _cache_path(target)
     if cache:
         try:
-            return path.read_text(), tile
+            text = path.read_text()
         except OSError:
             pass
+        else:
+            tile._MustUse__silence = True   # (not elaborated: only its signature is used, for tile.json's ports)
+            return text, tile
     with dsp.as_instances():  # every multiplier an instance of hwc_mul18, defined at the end
         text = verilog.convert(tile, name=TOP, emit_src=False, strip_internal_attrs=True) + dsp.VERILOG
     if cache:
