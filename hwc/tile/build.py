@@ -94,8 +94,11 @@ def search_jobs(jobs: int | None = None) -> int:
 
     if jobs is None:
         env = os.environ.get("HWC_JOBS", "").strip()
-        jobs = int(env) if env.isdigit() and int(env) > 0 else len(os.sched_getaffinity(0)) \
-            if hasattr(os, "sched_getaffinity") else 1
+        if env and not (env.isdigit() and int(env) > 0):
+            raise UserError(f"HWC_JOBS={env!r} is not a number of processes: set it to a positive whole number "
+                            f"(1 keeps the tile scheduler's candidate search in one process) or unset it.")
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        jobs = int(env) if env else cpus
     if jobs > 1 and ("fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1):
         return 1
     return max(1, jobs)
@@ -107,10 +110,12 @@ def _search(starts: list[tuple], target: dict, double_buffer: bool, base: int, f
     more than one job the (variant, tiling policy) pairs run in forked worker processes."""
     policies = _policies(target, fixed)
     tasks = [(p, pol) for p, *_ in starts for pol in policies]
-    if jobs is None and starts:   # a small model: starting the workers costs more than they save
-        macs = sum(layer.macs for layer in starts[0][0].layers)
-        jobs = 1 if macs < PARALLEL_MIN_CYCLES * target["array"]["rows"] * target["array"]["cols"] else None
-    jobs = min(search_jobs(jobs), len(tasks))
+    small = starts and sum(layer.macs for layer in starts[0][0].layers) < \
+        PARALLEL_MIN_CYCLES * target["array"]["rows"] * target["array"]["cols"]
+    n_jobs = search_jobs(jobs)   # (which also checks $HWC_JOBS)
+    if small and jobs is None:   # a small model, unless asked: starting the workers costs more than they save
+        n_jobs = 1
+    jobs = min(n_jobs, len(tasks))
     args = [(p, target, double_buffer, base, fixed, pol) for p, pol in tasks]
     if jobs <= 1:
         results = [_policy_task(a) for a in args]

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from qgraphs import QBuilder
 
-from hwc.errors import TargetError, UnsupportedError
+from hwc.errors import TargetError, UnsupportedError, UserError
 from hwc.ir import verify
 from hwc.ref.interp import run_graph
 from hwc.tile.build import build_tile, schedule
@@ -592,6 +592,9 @@ def test_the_candidate_search_in_worker_processes_gives_the_same_programs(monkey
     monkeypatch.setenv("HWC_JOBS", "1")
     assert tb.search_jobs() == 1
     check_exact(g, target)
+    monkeypatch.setenv("HWC_JOBS", "two")
+    with pytest.raises(UserError, match="HWC_JOBS='two' is not a number of processes"):
+        schedule(g, target)
 
 
 @pytest.mark.parametrize("target", ["tile32x32", "tile8x8"])
