@@ -334,5 +334,12 @@ class GemmEngine(wiring.Component):
             data = Signal(p.line_bits, name=f"dwp_buf{k}_q", reset_less=True)  # beside the block RAM
             m.d.comb += [wp.addr.eq(wptr), wp.data.eq(src), wp.en.eq(1), rp.addr.eq(raddr)]
             m.d.sync += data.eq(rp.data)
-            m.d.comb += heads[c][1].eq(Mux(nxt >= k * tq[kx], data, 0))
+            # chain k reads zero until the GEMM has streamed k * P lines: nxt >= k * P, which is (the line is not
+            # a first, nxt = cnt + 1 saturating) cnt >= k * P - 1, against k * P - 1 registered a cycle early from
+            # the pitch one stage back (tq[kx - 1]): one comparison of two registers, no increment before it
+            # (the routed critical path of tile8x8 ran through cnt + 1 and this comparison)
+            kp1 = Signal(signed(len(tq[kx]) + 3), name=f"dwp_kp1_{k}")   # k * P - 1 of the line entering xreg
+            kp0 = Signal(name=f"dwp_kp0_{k}")                            # k * P == 0 (a bubble: no pitch)
+            m.d.sync += [kp1.eq(k * tq[kx - 1] - 1), kp0.eq(tq[kx - 1] == 0)]
+            m.d.comb += heads[c][1].eq(Mux(Mux(first, kp0, cnt >= kp1), data, 0))
             src = sr[c]
