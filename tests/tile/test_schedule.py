@@ -619,3 +619,26 @@ def test_depthwise_over_stacked_pixels_runs_in_the_depthwise_mode(target, stride
     assert any(i.dw for i in gemms), "the depthwise layer streams in the depthwise mode"
     dense = sum(i.n_outer * i.n_inner for i in gemms if not i.dw)
     assert dense <= 2 * 9 * 6 * 2, "only the pointwise layer's GEMMs are dense (its 2 blocks x 54 lines x 2)"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["tile8x8", "tile32x32"]), st.sampled_from([1, 2]), st.integers(2, 6).map(lambda k: 2 * k),
+       st.integers(3, 9), st.sampled_from([2, 3, 5]), st.sampled_from([1, 2]), st.sampled_from([1, 2]),
+       st.lists(st.integers(0, 2), min_size=4, max_size=4), st.booleans())
+def test_depthwise_over_stacked_pixels_chains(target, blocks, w, h, k, stride, dil, pads, residual):
+    """Random chains through depthwise layers over stacked pixels of whole channel blocks (1 or 2 per pixel):
+    kernels, strides, dilations and pads drawn; both alignments; exact against the int8 reference."""
+    t = TARGETS[target]
+    n = t["array"]["rows"]
+    span = (k - 1) * dil + 1
+    assume(span <= h + pads[0] + pads[2] and span <= w + pads[1] + pads[3])
+    b = QBuilder(seed=blocks * 1000 + w * 10 + k)
+    x = b.input("x", (1, n // 2, h, w), zp=-2)                  # thin: two pixels a line
+    y = b.conv(x, blocks * n, k=1, relu=True)
+    z = b.conv(y, blocks * n, k=k, pads=pads, dil=dil, group=blocks * n, relu=True)
+    if residual and b.g.type(z).shape == b.g.type(y).shape:
+        z = b.add(z, y, relu=True)
+    z = b.conv(z, blocks * n, k=3, stride=stride, pads=[1, 1, 1, 1], group=blocks * n)
+    g = b.output(b.conv(z, 3, k=1))
+    choice = check_exact(g, t).report["schedule"][0]
+    check_exact(g, t, pin=[dict(choice, shift=not choice["shift"])])  # and the other alignment
