@@ -87,7 +87,8 @@ PARALLEL_MIN_CYCLES = 20_000
 
 def search_jobs(jobs: int | None = None) -> int:
     """Processes for the candidate search: `jobs`, else $HWC_JOBS, else the CPUs this process may use. Forked
-    workers only (Linux), and only from a process with one thread: forking a threaded process can deadlock."""
+    workers only (Linux), and only from a process with one thread (forking a threaded process can deadlock) that
+    is not itself a daemonic worker (e.g. of a multiprocessing.Pool, which may not start processes)."""
     import multiprocessing
     import os
     import threading
@@ -99,7 +100,8 @@ def search_jobs(jobs: int | None = None) -> int:
                             f"(1 keeps the tile scheduler's candidate search in one process) or unset it.")
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         jobs = int(env) if env else cpus
-    if jobs > 1 and ("fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1):
+    if jobs > 1 and ("fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1
+                     or multiprocessing.current_process().daemon):
         return 1
     return max(1, jobs)
 

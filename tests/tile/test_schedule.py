@@ -592,9 +592,21 @@ def test_the_candidate_search_in_worker_processes_gives_the_same_programs(monkey
     monkeypatch.setenv("HWC_JOBS", "1")
     assert tb.search_jobs() == 1
     check_exact(g, target)
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(1) as pool:   # a pool's worker is daemonic: it may not fork
+        assert pool.apply(tb.search_jobs, (2,)) == 1
+        assert pool.apply(_schedule_bytes, (g, target)) == flat(serial)
     monkeypatch.setenv("HWC_JOBS", "two")
     with pytest.raises(UserError, match="HWC_JOBS='two' is not a number of processes"):
         schedule(g, target)
+
+
+def _schedule_bytes(g, target):
+    from hwc import isa
+
+    return [(isa.to_bytes(prog.program), bytes(prog.dram), prog.layers, choice)
+            for _, prog, choice in schedule(g, target, jobs=2)]
 
 
 @pytest.mark.parametrize("target", ["tile32x32", "tile8x8"])
