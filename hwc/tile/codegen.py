@@ -487,7 +487,7 @@ class Codegen:
         wpad = np.zeros((cbo * n, cbi * n, kh, kw), np.int8)
         wpad[:m, :c] = layer.weight
         # depthwise mode; also over stacked pixels (`space_to_depth`) of whole channel blocks: every weight block
-        # (output block, input block, tap) is then diagonal or zero (`_dw_taps`, "rows" and "cols")
+        # (output block, input block, tap) is then diagonal or zero (`_dw_taps`: "rows", "cols" and "image")
         dw_mode = (self.depthwise and kw > 1 and layer.group * src.s2d == c and layer.group * dst.s2d == m
                    and (src.s2d == dst.s2d == 1 or layer.group % n == 0))
         mode = "rows"   # depthwise: diag rows cols image pitch pcols pitch2 (docs/tile-v2.md, "Depthwise schedules")
@@ -922,7 +922,7 @@ class Codegen:
         _, _, kh, kw = wpad.shape
         diag = lambda ky, kx, cib=cob: np.diagonal(wpad[cob * n:(cob + 1) * n, cib * n:(cib + 1) * n, ky, kx])  # noqa: E731
         # stacked pixels (s2d > 1): output block cob reads every input block whose (diagonal) weights are not zero,
-        # by "rows" or "cols" GEMMs; the other modes read the output's own block only
+        # by "rows", "cols" or "image" GEMMs; the other modes read the output's own block only
         stacked = self.tensor(layer.src).s2d > 1 or self.tensor(layer.dst).s2d > 1
         if stacked and mode not in ("rows", "cols", "image"):
             return None
