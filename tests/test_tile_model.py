@@ -220,3 +220,29 @@ def test_ten_thousand_instructions_in_well_under_a_second():
     want = base.expect[0][1]
     addr = base.expect[0][0] + shift
     assert bytes(dram[addr:addr + len(want)]) == want
+
+
+def test_timing_only_run_counts_the_same_cycles_and_touches_no_data(target):
+    """`TileModel.run(data=False)` (the scheduler times its candidates so): the same cycles, instructions and
+    busy counts as the full run, and no STORE result written."""
+    wl = programs.matmul(target, np.random.default_rng(3), pixels=20, k=2 * target["array"]["rows"],
+                         m=target["array"]["rows"], relu=True)
+    full, _ = _run(target, wl)
+    dram = bytearray(wl.dram)
+    timed = TileModel(target).run(None, dram, wl.prog_addr, data=False)
+    assert (timed.cycles, timed.insns, timed.busy) == (full.cycles, full.insns, full.busy)
+    assert dram == bytearray(wl.dram), "a timing-only run writes nothing"
+
+
+def test_instruction_encoding_by_hand():
+    """isa.encode of a FILL, the word computed by hand from the layout (opcode [3:0], wait [7:4], then addr 16,
+    count 16, value 8, rows 12, stride 16 bits from bit 8); an Insn whose fields are in another order encodes
+    the same; a field out of range is refused."""
+    insn = isa.make(isa.Op.FILL, isa.Wait.COMPUTE, addr=5, count=3, value=-2 & 0xFF, rows=2, stride=7)
+    want = 6 | (2 << 4) | (5 << 8) | (3 << 24) | (0xFE << 40) | (2 << 48) | (7 << 60)
+    assert isa.encode(insn) == want
+    shuffled = isa.Insn(isa.Op.FILL, isa.Wait.COMPUTE, tuple(reversed(insn.fields)))
+    assert isa.encode(shuffled) == want
+    assert isa.decode(want) == insn
+    with pytest.raises(ValueError, match=r"FILL.count = 65536 does not fit 16 bits"):
+        isa.make(isa.Op.FILL, addr=0, count=1 << 16, value=0)

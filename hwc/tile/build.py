@@ -154,10 +154,8 @@ def _cycles(target: dict, prog: TileProgram, base: int) -> int:
     from hwc.sim.model import TileModel
 
     program = isa.to_bytes(prog.program)
-    po = host.program_offset(prog.dram_bytes)
-    mem = bytearray(po + len(program))
-    mem[base:base + len(prog.dram)] = prog.dram
-    return TileModel(target).run(program, mem, po // isa.INSN_BYTES, data=False).cycles
+    po = host.program_offset(prog.dram_bytes)   # (data=False reads the program only: no constants copied in)
+    return TileModel(target).run(program, bytearray(po + len(program)), po // isa.INSN_BYTES, data=False).cycles
 
 
 def _policies(target: dict, fixed: dict | None) -> tuple[str, ...]:
