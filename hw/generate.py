@@ -11,6 +11,7 @@ target gives a byte-identical tile.v):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -22,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from amaranth.back import verilog
+from amaranth.back import rtlil, verilog
 from amaranth.hdl import Shape
 from amaranth.lib import wiring
 
@@ -91,6 +92,42 @@ def finish_background(proc: subprocess.Popen | None, kill: bool = False) -> None
     proc.wait()
 
 
+@contextlib.contextmanager
+def fast_meminit():
+    """While active, Amaranth's RTLIL backend writes a memory's initial contents from one formatted string
+    instead of one netlist constant object per bit, with the same text: 9 of the ~14 s of converting tile8x8
+    went there (2.8 M bits, most of them the zeros of the scratchpads). The RTLIL, hence tile.v, is unchanged
+    (tests/hw/test_generate.py compares both); amaranth is pinned in pyproject.toml, as this replaces a method
+    of its backend (`ModuleEmitter.emit_memory`, amaranth 0.5.10)."""
+    cls = rtlil.ModuleEmitter
+    original = cls.emit_memory
+
+    def emit_memory(self, cell_idx, cell):
+        width, depth = cell.width, cell.depth
+        if not width * depth:
+            return original(self, cell_idx, cell)
+        mask = (1 << width) - 1
+        # the bits in order row 0 bit 0, row 0 bit 1, ..., written as one constant, most significant first
+        bits = "".join(format(row & mask, f"0{width}b") for row in reversed(cell.init))
+        self.builder.cell("$meminit_v2", ports={
+            "ADDR": self.sigspec(),
+            "DATA": f"{width * depth}'{bits}",
+            "EN": self.sigspec(rtlil._nir.Value.ones(width)),
+        }, parameters={
+            "MEMID": self.memories[cell_idx].memid,
+            "ABITS": 0,
+            "WIDTH": width,
+            "WORDS": depth,
+            "PRIORITY": 0,
+        }, src_loc=cell.src_loc)
+
+    cls.emit_memory = emit_memory
+    try:
+        yield
+    finally:
+        cls.emit_memory = original
+
+
 def verilog_text(target: dict, cache: bool = True) -> tuple[str, Tile]:
     """tile.v's text. Elaborating and converting the tile takes seconds, so the text is kept under
     $HWC_CACHE (default ~/.cache/hwc)/hdl/, named by `_cache_key`; `cache=False` always converts."""
@@ -104,7 +141,7 @@ def verilog_text(target: dict, cache: bool = True) -> tuple[str, Tile]:
         else:
             tile._MustUse__silence = True   # (not elaborated: only its signature is used, for tile.json's ports)
             return text, tile
-    with dsp.as_instances():  # every multiplier an instance of hwc_mul18, defined at the end
+    with dsp.as_instances(), fast_meminit():  # every multiplier an instance of hwc_mul18, defined at the end
         text = verilog.convert(tile, name=TOP, emit_src=False, strip_internal_attrs=True) + dsp.VERILOG
     if cache:
         try:  # written whole, then renamed: a reader never sees half a file

@@ -417,3 +417,32 @@ def test_tile_v_converts_in_the_background_into_the_cache(tmp_path, monkeypatch)
     killed = convert_in_background(small_target(n=2))
     finish_background(killed, kill=True)   # (a build that failed meanwhile): no half-written file
     assert [p.name for p in (tmp_path / "hdl").iterdir()] == [cached[0].name]
+
+
+def test_fast_meminit_writes_the_same_rtlil_as_amaranth():
+    """hwc.hw.generate.fast_meminit replaces how Amaranth's backend writes memory contents (one string instead
+    of an object per bit): the RTLIL must be Amaranth's own, byte for byte, for the memory shapes tile.v has
+    (all-zero scratchpads) and others (signed words with negative contents, one-bit words, a partial init)."""
+    from amaranth.back import rtlil
+    from amaranth.hdl import signed
+    from hwc.hw.generate import fast_meminit
+
+    class Mems(Elaboratable):
+        def elaborate(self, platform):
+            m = Module()
+            shapes = [(8, 16, []), (signed(12), 5, [-1, 2047, -2048, 0, 7]), (1, 9, [1, 0, 1]),
+                      (64, 128, [0x0123456789ABCDEF, (1 << 64) - 1])]
+            for k, (shape, depth, init) in enumerate(shapes):
+                mem = m.submodules[f"mem{k}"] = Memory(shape=shape, depth=depth, init=init)
+                rd = mem.read_port()
+                wr = mem.write_port()
+                m.d.comb += [rd.addr.eq(wr.addr + 1)]
+            return m
+
+    with fast_meminit():
+        ours_fast = rtlil.convert(Mems(), ports=[])
+    theirs = rtlil.convert(Mems(), ports=[])
+    assert "$meminit_v2" in theirs and theirs.count("$meminit_v2") == 4
+    assert ours_fast == theirs
+    assert rtlil.ModuleEmitter.emit_memory.__name__ == "emit_memory" and \
+        rtlil.ModuleEmitter.emit_memory.__qualname__.startswith("ModuleEmitter"), "the original is restored"
