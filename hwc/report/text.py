@@ -53,7 +53,8 @@ def summary(rep: dict) -> Table:
     for k, ch in enumerate(rep.get("schedule") or []):  # the scheduler's choices, by the cycle model
         t.add_row(f"schedule{f' (segment {k})' if len(rep['schedule']) > 1 else ''}",
                   f"pixel tiling {ch['tiling']}, loads {ch['loads']}, host im2col {'yes' if ch['im2col'] else 'no'}, "
-                  f"shifted stacking {'yes' if ch.get('shift') else 'no'}")
+                  f"shifted stacking {'yes' if ch.get('shift') else 'no'}, "
+                  f"first weights in pieces {'yes' if ch.get('split') else 'no'}")
     mem = rep.get("memory", {})
     if "peak_bytes" in mem:
         t.add_row("activation memory: peak / lower bound / no sharing",

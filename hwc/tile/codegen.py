@@ -1177,12 +1177,37 @@ class Codegen:
         self._finals = (act, layer_records)
         return self.finalize(act, copy.deepcopy(layer_records))
 
-    def refinalize(self, loads: str) -> TileProgram:
+    def refinalize(self, loads: str, split: bool = False) -> TileProgram:
         """The same schedule with another LOAD placement policy (after `run`)."""
         act, layer_records = self._finals
-        return self.finalize(act, copy.deepcopy(layer_records), loads)
+        return self.finalize(act, copy.deepcopy(layer_records), loads, split)
 
-    def finalize(self, act: dict, layer_records: list[dict], loads: str = "eager") -> TileProgram:
+    def _first_pieces(self, g: Group) -> tuple[dict, dict]:
+        """The first weight group's load in pieces (`finalize`): {piece id: (first block, end block)} and
+        {id(GEMM Emitted): the pieces it reads}. One piece (no split) when the first GEMM reads every block."""
+        gemms = [e for e in g.compute if e.insn_args[0] == Op.GEMM]
+        if not gemms:
+            return {}, {}
+        bounds = [0]
+        for e in gemms:
+            f = e.insn_args[1]
+            need = f["wblk"] + 1 + f.get("dw9", 0)
+            if need > bounds[-1]:
+                last = bounds[-1] - (bounds[-2] if len(bounds) > 1 else 0)   # (the previous piece's size)
+                bounds.append(min(len(g.blocks), max(need, bounds[-1] + 2 * last)))
+        if bounds[-1] < len(g.blocks):
+            bounds.append(len(g.blocks))
+        if len(bounds) <= 2:
+            return {}, {}
+        pieces = {("weights", k): (lo, hi) for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))}
+        extra = {}
+        for e in gemms:
+            f = e.insn_args[1]
+            first, last = f["wblk"], f["wblk"] + f.get("dw9", 0)
+            extra[id(e)] = frozenset(p for p, (lo, hi) in pieces.items() if lo <= last and first < hi)
+        return pieces, extra
+
+    def finalize(self, act: dict, layer_records: list[dict], loads: str = "eager", split: bool = False) -> TileProgram:
         """The program: LOADs placed around the compute groups. `loads`: "eager" puts a deferred load
         (the params, the second weight group) after the next GEMM; "paced" only once the GEMMs since the
         last LOAD cover its estimated duration (a LOAD behind a busy LOAD unit blocks the issue)."""
@@ -1243,10 +1268,20 @@ class Codegen:
         # input chunks are in (the params the first PPUs need, then those weights, then the other params),
         # then go one at a time once the GEMMs emitted since the last LOAD cover its estimated duration.
         wid = {id(g): 1000 + k for k, g in enumerate(weighted)}
-        order = [d for g in self.groups for e in g.compute for d in sorted(e.needs, key=str) if isinstance(d, tuple)]
+        # `split`: the first weight group's load, which has no compute before it to hide behind, goes in pieces in
+        # the order its GEMMs first read them, each like an input chunk (just before its first GEMM, one ahead,
+        # before the GEMM's input chunks): the first piece the first GEMM's blocks, each next one at least twice
+        # as large (a LOAD costs a bus latency). The search tries it (`hwc.tile.build._programs`): it adds
+        # latencies where the bus is the bottleneck (the FC autoencoder) and hides the first load where the
+        # array is (DS-CNN tile8x8: 90.1 -> 99.5% of the weight loads hidden).
+        pieces, extra = self._first_pieces(weighted[0]) if weighted and self.double_buffer and split else ({}, {})
+        order = [d for g in self.groups for e in g.compute
+                 for d in sorted(e.needs | extra.get(id(e), frozenset()), key=lambda d: (d not in pieces, str(d)))
+                 if isinstance(d, tuple)]
         order += [(name, c) for name in plan.inputs for c in range(len(self.in_chunks[name]))]
         order = list(dict.fromkeys(order))
-        group_chunks = {id(g): {d for e in g.compute for d in e.needs if isinstance(d, tuple)} for g in self.groups}
+        group_chunks = {id(g): {d for e in g.compute for d in e.needs | extra.get(id(e), frozenset())
+                                if isinstance(d, tuple)} for g in self.groups}
         # (the first weighted group's entries; all of them when it has no PPU, e.g. its PPU lags into the next
         # group: limiting the part to the next group's entries measured slower on DS-CNN and the FC autoencoder)
         first_w = next((k for k, g in enumerate(self.groups) if g.blocks), len(self.groups))
@@ -1264,6 +1299,9 @@ class Codegen:
             if d in loaded:
                 return
             loaded.add(d)
+            if d in pieces:
+                load_group(weighted[0], Wait.NONE, *pieces[d], load_id=d)
+                return
             name, c = d
             t = self.tensor(name)
             b0, b1, r0, r1 = self.in_chunks[name][c]
@@ -1280,14 +1318,19 @@ class Codegen:
                 load(-1 - part, mem=int(Mem.PARAM), dram=base // beat + lo * self.peb, sram=lo * self.peb,
                      rows=1, row_beats=(hi - lo) * self.peb, dram_stride=0, sram_stride=0)
 
-        def load_group(g, wait):
-            load(wid[id(g)], wait=wait, mem=int(Mem.WGT), dram=g.dram // beat,
-                 sram=g.bank * self.bank_blocks * n, rows=1, row_beats=len(g.blocks) * n, dram_stride=0,
-                 sram_stride=0)
+        def load_group(g, wait, lo=0, hi=None, load_id=None):
+            """Group g's weight blocks [lo, hi) (all of them by default)."""
+            hi = len(g.blocks) if hi is None else hi
+            load(wid[id(g)] if load_id is None else load_id, wait=wait, mem=int(Mem.WGT),
+                 dram=g.dram // beat + lo * n, sram=(g.bank * self.bank_blocks + lo) * n, rows=1,
+                 row_beats=(hi - lo) * n, dram_stride=0, sram_stride=0)
 
         deferred = [(-1, lambda: load_params(0))]
         if weighted and self.double_buffer and len(weighted) > 1:
-            deferred.append((wid[id(weighted[1])], lambda: load_group(weighted[1], Wait.NONE)))
+            # the shorter of the two first (the params' first part or the second group's weights)
+            lo, hi = parts[0]
+            first = len(weighted[1].blocks) * n < (hi - lo) * self.peb
+            deferred.insert(0 if first else 1, (wid[id(weighted[1])], lambda: load_group(weighted[1], Wait.NONE)))
         deferred += [(-1 - k, lambda k=k: load_params(k)) for k in range(1, len(parts))]
 
         def flush(upto=None, most=None):
@@ -1339,7 +1382,7 @@ class Codegen:
 
         if order:
             load_chunk(order[0])
-        if weighted and self.double_buffer:
+        if weighted and self.double_buffer and not pieces:
             load_group(weighted[0], Wait.NONE)
         wi = 0
         for g in self.groups:
@@ -1358,10 +1401,10 @@ class Codegen:
                 wi += 1
             for e in g.compute:
                 op, fields = e.insn_args
-                needs = set(e.needs)
+                needs = set(e.needs | extra.get(id(e), frozenset()))
                 if op in (Op.PPU, Op.VEC):
                     needs.add(-1 - part_of.get(fields.get("param", 0), 0))
-                if is_w and op == Op.GEMM:
+                if is_w and op == Op.GEMM and not (pieces and g is weighted[0]):
                     needs.add(wid[id(g)])
                 fields = dict(fields)
                 if op == Op.GEMM and is_w:

@@ -277,3 +277,29 @@ def test_fc_weight_streaming_through_the_rtl():
     assert len(behind) == len(wgt) - 2
     feeds = {"x": np.random.default_rng(6).integers(-128, 128, (8, 256)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
+
+
+def test_first_weight_group_in_pieces_through_the_rtl():
+    """The first weight group loaded in pieces (Codegen.finalize `split`): LOADs of 1, 2, ... blocks into one
+    bank, each GEMM waiting for the piece holding its block while the next pieces load. RTL == model == int8
+    reference, equal cycles."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.tile.build import build_tile
+
+    target = load_target("tile8x8")
+    b = QBuilder(seed=43)
+    x = b.input("x", (1, 24, 6, 6), zp=1)
+    y = b.conv(x, 16, k=1, pads=[0, 0, 0, 0], relu=True)
+    g = b.output(b.conv(y, 8, k=3, pads=[1, 1, 1, 1]))
+    verify(g)
+    art = build_tile(g, target, hdl=True,
+                     pin=[{"tiling": "cost", "loads": "eager", "im2col": False, "shift": False, "split": True}])
+    prog = isa.from_bytes(art.program)
+    wl = [i.get("row_beats") // 8 for i in prog if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT]
+    assert wl[:2] == [1, 2], wl
+    feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, 24, 6, 6)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)

@@ -654,3 +654,66 @@ def test_depthwise_over_stacked_pixels_chains(target, blocks, w, h, k, stride, d
     g = b.output(b.conv(z, 3, k=1))
     choice = check_exact(g, t).report["schedule"][0]
     check_exact(g, t, pin=[dict(choice, shift=not choice["shift"])])  # and the other alignment
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+def test_the_first_weight_group_loads_in_pieces(target):
+    """`split` (Codegen.finalize): the first weight group's blocks load in pieces in the order its GEMMs first
+    read them, each piece before its first GEMM: the first LOAD holds only the first GEMM's block, each GEMM
+    issues only after the piece holding its blocks is in, and the weight loads hide more (the first GEMM starts
+    earlier). The results equal the int8 reference's either way."""
+    from hwc.sim.model import TileModel
+
+    from hwc import isa
+
+    t = TARGETS[target]
+    n = t["array"]["rows"]
+    b = QBuilder(seed=31)
+    x = b.input("x", (1, 3 * n, 10, 10), zp=1)
+    y = b.conv(x, 2 * n, k=1, pads=[0, 0, 0, 0], relu=True)      # 2 x 3 blocks, each read by its own GEMMs
+    g = b.output(b.conv(y, n, k=1, pads=[0, 0, 0, 0]))
+    pin = {"tiling": "cost", "loads": "eager", "im2col": False, "shift": False}
+    runs = {}
+    for split in (False, True):
+        art = check_exact(g, t, pin=[dict(pin, split=split)])
+        assert art.report["schedule"][0]["split"] is split
+        io = art.info["tile"]["segments"][0]
+        res = TileModel(t).run(art.program, art.memory_image(), io["prog_offset"] // isa.INSN_BYTES)
+        runs[split] = (isa.from_bytes(art.program), res, art.report)
+    prog, res, _ = runs[True]
+    wl = [k for k, i in enumerate(prog) if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT]
+    gemms = [k for k, i in enumerate(prog) if i.op == isa.Op.GEMM]
+    unsplit = [i for i in runs[False][0] if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT]
+    first_group = unsplit[0].get("row_beats") // n
+    assert first_group >= 3
+    sizes, total = [], 0
+    for k in wl:
+        if total < first_group:
+            sizes.append(prog[k].get("row_beats") // n)
+            total += sizes[-1]
+    assert total == first_group and sizes[:2] == [1, 2], sizes     # 1 block, 2, 4, ..., the rest
+    assert all(b >= 2 * a for a, b in zip(sizes, sizes[1:-1])), sizes
+    for k in gemms[:first_group]:
+        w = prog[k].get("wblk") * n    # (its first weight line; the LOAD that wrote it last before it)
+        load = max(j for j in wl if j < k and prog[j].get("sram") <= w < prog[j].get("sram") + prog[j].get("row_beats"))
+        assert res.issue[k] >= res.end[load], "a GEMM issued before its weights were in"
+    assert res.issue[gemms[0]] < runs[False][1].issue[[k for k, i in enumerate(runs[False][0])
+                                                       if i.op == isa.Op.GEMM][0]]
+    assert runs[True][2]["weight_load_hidden"] > runs[False][2]["weight_load_hidden"]
+
+
+def test_pick_prefers_the_smaller_program_unless_both_are_about_as_small():
+    """`_pick`: among candidates within SAME_SPEED of the fastest, the smallest program, except that programs
+    within SAME_SIZE of the smallest count as equally small and the fastest of those is kept."""
+    from types import SimpleNamespace
+
+    from hwc.tile.build import SAME_SIZE, SAME_SPEED, _pick
+
+    def cand(cycles, insns, name):
+        return (cycles, None, SimpleNamespace(program=[0] * insns), name)
+
+    assert SAME_SPEED == SAME_SIZE == 0.01
+    assert _pick([cand(1000, 600, "a"), cand(1009, 100, "b")])[3] == "b"        # 0.9% slower, 6x smaller
+    assert _pick([cand(1000, 101, "a"), cand(1009, 100, "b")])[3] == "a"        # 1% larger: as small
+    assert _pick([cand(1000, 102, "a"), cand(1009, 100, "b")])[3] == "b"        # 2% larger
+    assert _pick([cand(1000, 600, "a"), cand(1011, 100, "b")])[3] == "a"        # 1.1% slower
