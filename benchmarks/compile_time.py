@@ -3,6 +3,7 @@ new process each time (imports, quantization, the candidate search, the report, 
 
     python benchmarks/compile_time.py                    # ResNet-8 on tile8x8, 5 runs
     python benchmarks/compile_time.py --runs 9 --models resnet8 mobilenet_v1_025 --targets tile8x8 tile32x32
+    python benchmarks/compile_time.py --convert --runs 3     # converting tile.v alone, in this process
 
 Per (model, target): the median wall time of `--runs` builds with tile.v in the HDL cache ($HWC_CACHE/hdl),
 the same with the candidate search in one process (HWC_JOBS=1, what a busy machine gets), and one build with
@@ -63,12 +64,44 @@ def measure(name: str, target: str, runs: int, work: Path) -> dict:
             "cold": cold, "runs": runs, "same": same}
 
 
+def convert(targets: list[str], runs: int) -> None:
+    """tile.v's conversion alone (`hwc.hw.generate.verilog_text`, no cache), with Amaranth's own writer of the
+    memories' contents and with `fast_meminit` (the same text), alternating; medians of `runs`."""
+    import contextlib
+
+    from amaranth.back import verilog
+    from hwc.hw import dsp, generate
+    from hwc.hw.tile import Tile
+    from hwc.targets import load_target
+
+    print("| target | tile.v conversion, Amaranth's memory contents | with fast_meminit | same text |")
+    print("|---|---:|---:|---|")
+    for name in targets:
+        t = load_target(name)
+        times, texts = {False: [], True: []}, {}
+        for _ in range(runs):
+            for fast in (False, True):
+                t0 = time.perf_counter()
+                with dsp.as_instances(), generate.fast_meminit() if fast else contextlib.nullcontext():
+                    texts[fast] = verilog.convert(Tile(t), name=generate.TOP, emit_src=False,
+                                                  strip_internal_attrs=True)
+                times[fast].append(time.perf_counter() - t0)
+        print(f"| {name} | {statistics.median(times[False]):.2f} s | {statistics.median(times[True]):.2f} s | "
+              f"{'yes' if texts[False] == texts[True] else 'NO'} |", flush=True)
+    print(f"\n({runs} runs each; `python benchmarks/compile_time.py --convert --runs {runs} --targets "
+          f"{' '.join(targets)}`)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--models", nargs="+", default=["resnet8"])
     ap.add_argument("--targets", nargs="+", default=["tile8x8"])
+    ap.add_argument("--convert", action="store_true", help="time converting tile.v alone")
     args = ap.parse_args(argv)
+    if args.convert:
+        convert(args.targets, args.runs)
+        return 0
     print("| model | target | CLI build, tile.v cached (median) | same, search in one process | "
           "empty HDL cache (one run) | artifacts identical |")
     print("|---|---|---:|---:|---:|---|")

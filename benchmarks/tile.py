@@ -85,7 +85,13 @@ def measure(model, target_name: str, v1: bool = False, wgt_read_rows: int | None
     dw_lines = sum(i.get("n_outer") * i.get("n_inner") for i in prog if i.op == isa.Op.GEMM and i.get("dw"))
     peak = target["array"]["rows"] * target["array"]["cols"]
     bus_beats = sum(i.get("rows") * i.get("row_beats") for i in prog if i.op == isa.Op.LOAD)
+    # the depthwise layers' share of the cycles (each layer's span, first issue to last end: spans of neighbours
+    # overlap by a few dozen cycles) and of the MACs
+    dw_layers = [layer for layer in r["layers"] if layer["name"] in depthwise]
+    dw_cycles = sum(layer["cycles"] for layer in dw_layers) / r["cycles"]
+    dw_macs = sum(layer["macs"] for layer in dw_layers) / r["macs"]
     return {"streaming": lines / r["cycles"], "pe_use": r["macs"] / (peak * lines), "dw_lines": dw_lines / lines,
+            "dw_cycles": dw_cycles, "dw_macs": dw_macs, "no_dw_util": r["utilization"] / (1 - dw_cycles),
             "map_ceiling": r["macs"] / (peak * min_lines(r, target, depthwise)),
             "bus_ceiling": r["macs"] / (peak * bus_beats),
             "cycles": r["cycles"], "util": r["utilization"], "hidden": r["weight_load_hidden"],
@@ -117,10 +123,13 @@ def main(argv=None) -> None:
                   flush=True)
     print("\nWhere utilization goes: MAC util. = array streaming (GEMM lines / cycles) x PEs used per streamed "
           "line (MACs / (rows x cols x lines)).\n")
-    print("| model | target | MAC util. | array streaming | PEs used per line | depthwise-mode share of lines |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| model | target | MAC util. | array streaming | PEs used per line | depthwise-mode share of lines | "
+          "depthwise layers: share of cycles / of MACs | MAC util. without their cycles |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for name, tn, m in rows:
-        print(f"| {name} | {tn} | {m['util']:.1%} | {m['streaming']:.1%} | {m['pe_use']:.1%} | {m['dw_lines']:.1%} |")
+        dw = f"{m['dw_cycles']:.0%} / {m['dw_macs']:.1%} | {m['no_dw_util']:.1%}" if m["dw_macs"] else "- | -"
+        print(f"| {name} | {tn} | {m['util']:.1%} | {m['streaming']:.1%} | {m['pe_use']:.1%} | {m['dw_lines']:.1%} | "
+              f"{dw} |")
     print("\nCeilings (upper bounds on MAC util. for any schedule): mapping = MACs / (rows x cols x the fewest lines "
           "any mapping streams: an output summing K products takes ceil(K / cols) lines of one adder tree); bus = "
           "MACs / (rows x cols x the beats this schedule loads: weights, params, inputs). The goal is reachable only "

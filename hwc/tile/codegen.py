@@ -1210,7 +1210,8 @@ class Codegen:
     def finalize(self, act: dict, layer_records: list[dict], loads: str = "eager", split: bool = False) -> TileProgram:
         """The program: LOADs placed around the compute groups. `loads`: "eager" puts a deferred load
         (the params, the second weight group) after the next GEMM; "paced" only once the GEMMs since the
-        last LOAD cover its estimated duration (a LOAD behind a busy LOAD unit blocks the issue)."""
+        last LOAD cover its estimated duration (a LOAD behind a busy LOAD unit blocks the issue). `split`: the
+        first weight group loads in pieces (below)."""
         plan = self.plan
         n, beat = self.n, self.beat
         if len(self.params) > self.param_entries:
@@ -1265,8 +1266,9 @@ class Codegen:
         # instructions behind it until the one before it has completed: loads go into the program as late as
         # possible, one ahead of their use. Input chunks load in the order compute first needs them, one
         # more in flight. The first group's followers (the params, the next group's weights) wait until its
-        # input chunks are in (the params the first PPUs need, then those weights, then the other params),
-        # then go one at a time once the GEMMs emitted since the last LOAD cover its estimated duration.
+        # input chunks are in (the params the first PPUs need and the next group's weights, the shorter LOAD
+        # first, then the other params), then go one at a time once the GEMMs emitted since the last LOAD
+        # cover its estimated duration.
         wid = {id(g): 1000 + k for k, g in enumerate(weighted)}
         # `split`: the first weight group's load, which has no compute before it to hide behind, goes in pieces in
         # the order its GEMMs first read them, each like an input chunk (just before its first GEMM, one ahead,
