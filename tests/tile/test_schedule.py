@@ -744,3 +744,32 @@ def test_after_the_first_group_the_shorter_load_goes_first(target):
     follow = beats[1:3]    # the first group's followers
     assert {m for m, _ in follow} == {isa.Mem.WGT, isa.Mem.PARAM}, beats[:4]
     assert follow[0][1] <= follow[1][1], follow
+
+
+@pytest.mark.parametrize("acc_lines, slots", [(2048, 3), (128, 2)])
+def test_pixel_tiles_take_three_accumulator_slots_when_rows_fit(acc_lines, slots):
+    """v2 (Codegen.acc_slots): consecutive pixel tiles take the accumulator slots in turn, three when every output row
+    fits a third of the accumulators, else two; with three no tile's first GEMM waits for POST (the PPU that read its
+    slot has finished once the PPU after it has issued), with two it does. Exact against the int8 reference."""
+    from hwc.targets.tile_schema import validate_tile
+
+    from hwc import isa
+
+    base = TARGETS["tile8x8"]
+    doc = {k: v for k, v in base.items() if k != "derived"}
+    doc["scratchpad"] = dict(base["scratchpad"], acc_lines=acc_lines)
+    t = validate_tile(doc, "test")
+    b = QBuilder(seed=33)
+    x = b.input("x", (1, 8, 12, 48), zp=1)           # rows of 48 pixels: more than 128 // 3 accumulator lines
+    y = b.conv(x, 8, pads=[1, 1, 1, 1], relu=True)
+    g = b.output(b.conv(y, 8, pads=[1, 1, 1, 1]))
+    pin = [{"tiling": "quarter", "loads": "eager", "im2col": False, "shift": False, "split": False}]
+    art = check_exact(g, t, pin=pin)
+    prog = isa.from_bytes(art.program)
+    (_, tp, _), = schedule(g, t, pin=pin)
+    firsts = [i for k, i in enumerate(prog) if i.op == isa.Op.GEMM and i.get("reset") and tp.insn_layer[k] == 0]
+    assert len(firsts) >= 4
+    assert sorted({i.get("acc") for i in firsts}) == [k * (acc_lines // slots) for k in range(slots)]
+    # (the program's first GEMM waits for the input's halo FILLs on POST)
+    post_waits = [k for k, i in enumerate(firsts[1:]) if int(i.wait) & isa.Wait.POST]
+    assert (post_waits == []) == (slots == 3), post_waits
