@@ -203,7 +203,9 @@ def test_shifted_stacking_on_the_v2_tile_rtl_equals_model_equals_int8_reference(
     z = b.conv(b.conv(y, 4, pads=[1, 1, 1, 1], relu=True), 4, pads=[1, 1, 1, 1])
     g = b.output(b.conv(b.add(z, y, relu=True), 8, pads=[1, 1, 1, 1], stride=2))
     verify(g)
-    art = build_tile(g, target, hdl=True)
+    art = build_tile(g, target, hdl=False)
+    # (the shifted alignments, whether or not the search prefers them: they are what this test runs)
+    art = build_tile(g, target, hdl=True, pin=[dict(art.report["schedule"][0], shift=True)])
     assert art.report["schedule"][0]["shift"]
     feeds = {"x": np.random.default_rng(5).integers(-128, 128, (1, 8, 8, 8)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
