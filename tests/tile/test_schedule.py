@@ -773,3 +773,39 @@ def test_pixel_tiles_take_three_accumulator_slots_when_rows_fit(acc_lines, slots
     # (the program's first GEMM waits for the input's halo FILLs on POST)
     post_waits = [k for k, i in enumerate(firsts[1:]) if int(i.wait) & isa.Wait.POST]
     assert (post_waits == []) == (slots == 3), post_waits
+
+
+def test_a_layers_last_ppu_lags_into_the_next_layer():
+    """With three accumulator slots (Codegen._lag_across) a layer's last PPU is emitted behind the next convolution's
+    first GEMMs, with PPU.lag = their count, none of which reads the rows it writes; the first GEMM that does waits for
+    POST (or for a later POST instruction to issue). Exact against the int8 reference."""
+    from hwc import isa
+
+    t = TARGETS["tile8x8"]
+    b = QBuilder(seed=35)
+    x = b.input("x", (1, 8, 12, 16), zp=1)
+    y = b.conv(x, 8, pads=[1, 1, 1, 1], relu=True)
+    g = b.output(b.conv(y, 8, pads=[1, 1, 1, 1]))
+    pin = [{"tiling": "quarter", "loads": "eager", "im2col": False, "shift": False, "split": False}]
+    art = check_exact(g, t, pin=pin)
+    prog = isa.from_bytes(art.program)
+    (_, tp, _), = schedule(g, t, pin=pin)
+    layer = tp.insn_layer
+    last_ppu = max(k for k, i in enumerate(prog) if i.op == isa.Op.PPU and layer[k] == 0)
+    before = [k for k in range(last_ppu) if prog[k].op == isa.Op.GEMM and layer[k] == 1]
+    assert 1 <= len(before) <= isa.PPU_MAX_LAG and prog[last_ppu].get("lag") == len(before)
+
+
+    def lines(i, base, so, si):
+        return {i.get(base) + a * i.get(so) + c * i.get(si) for a in range(i.get("n_outer"))
+                for c in range(i.get("n_inner"))}
+
+    written = lines(prog[last_ppu], "out", "out_so", "out_si")
+    assert all(not lines(prog[k], "act", "act_so", "act_si") & written for k in before)
+    readers = [k for k in range(last_ppu, len(prog)) if prog[k].op == isa.Op.GEMM and layer[k] == 1
+               and lines(prog[k], "act", "act_so", "act_si") & written]
+    # the first GEMM reading those rows waits for POST, or another POST instruction issues between them (POST runs
+    # one at a time: when it issues, that PPU has finished)
+    r = readers[0]
+    posts = [k for k in range(last_ppu + 1, r) if prog[k].op in (isa.Op.PPU, isa.Op.VEC, isa.Op.FILL)]
+    assert int(prog[r].wait) & isa.Wait.POST or posts, (r, posts)
