@@ -746,6 +746,22 @@ def test_after_the_first_group_the_shorter_load_goes_first(target):
     assert follow[0][1] <= follow[1][1], follow
 
 
+def _two_convs(t, width, seed):
+    """Two 3x3 convolutions of 8 channels over 12 x `width` pixels in quarter pixel tiles, checked exactly: the
+    program and each instruction's layer."""
+    from hwc import isa
+
+    b = QBuilder(seed=seed)
+    x = b.input("x", (1, 8, 12, width), zp=1)
+    y = b.conv(x, 8, pads=[1, 1, 1, 1], relu=True)
+    g = b.output(b.conv(y, 8, pads=[1, 1, 1, 1]))
+    pin = [{"tiling": "quarter", "loads": "eager", "im2col": False, "shift": False, "split": False}]
+    art = check_exact(g, t, pin=pin)
+    (_, tp, _), = schedule(g, t, pin=pin)
+    assert isa.to_bytes(tp.program) == art.program
+    return isa.from_bytes(art.program), tp.insn_layer
+
+
 @pytest.mark.parametrize("acc_lines, slots", [(2048, 3), (128, 2)])
 def test_pixel_tiles_take_three_accumulator_slots_when_rows_fit(acc_lines, slots):
     """v2 (Codegen.acc_slots): consecutive pixel tiles take the accumulator slots in turn, three when every output row
@@ -759,15 +775,8 @@ def test_pixel_tiles_take_three_accumulator_slots_when_rows_fit(acc_lines, slots
     doc = {k: v for k, v in base.items() if k != "derived"}
     doc["scratchpad"] = dict(base["scratchpad"], acc_lines=acc_lines)
     t = validate_tile(doc, "test")
-    b = QBuilder(seed=33)
-    x = b.input("x", (1, 8, 12, 48), zp=1)           # rows of 48 pixels: more than 128 // 3 accumulator lines
-    y = b.conv(x, 8, pads=[1, 1, 1, 1], relu=True)
-    g = b.output(b.conv(y, 8, pads=[1, 1, 1, 1]))
-    pin = [{"tiling": "quarter", "loads": "eager", "im2col": False, "shift": False, "split": False}]
-    art = check_exact(g, t, pin=pin)
-    prog = isa.from_bytes(art.program)
-    (_, tp, _), = schedule(g, t, pin=pin)
-    firsts = [i for k, i in enumerate(prog) if i.op == isa.Op.GEMM and i.get("reset") and tp.insn_layer[k] == 0]
+    prog, layer = _two_convs(t, 48, seed=33)          # rows of 48 pixels: more than 128 // 3 accumulator lines
+    firsts = [i for k, i in enumerate(prog) if i.op == isa.Op.GEMM and i.get("reset") and layer[k] == 0]
     assert len(firsts) >= 4
     assert sorted({i.get("acc") for i in firsts}) == [k * (acc_lines // slots) for k in range(slots)]
     # (the program's first GEMM waits for the input's halo FILLs on POST)
@@ -781,16 +790,7 @@ def test_a_layers_last_ppu_lags_into_the_next_layer():
     POST (or for a later POST instruction to issue). Exact against the int8 reference."""
     from hwc import isa
 
-    t = TARGETS["tile8x8"]
-    b = QBuilder(seed=35)
-    x = b.input("x", (1, 8, 12, 16), zp=1)
-    y = b.conv(x, 8, pads=[1, 1, 1, 1], relu=True)
-    g = b.output(b.conv(y, 8, pads=[1, 1, 1, 1]))
-    pin = [{"tiling": "quarter", "loads": "eager", "im2col": False, "shift": False, "split": False}]
-    art = check_exact(g, t, pin=pin)
-    prog = isa.from_bytes(art.program)
-    (_, tp, _), = schedule(g, t, pin=pin)
-    layer = tp.insn_layer
+    prog, layer = _two_convs(TARGETS["tile8x8"], 16, seed=35)
     last_ppu = max(k for k, i in enumerate(prog) if i.op == isa.Op.PPU and layer[k] == 0)
     before = [k for k in range(last_ppu) if prog[k].op == isa.Op.GEMM and layer[k] == 1]
     assert 1 <= len(before) <= isa.PPU_MAX_LAG and prog[last_ppu].get("lag") == len(before)
