@@ -97,7 +97,7 @@ def fast_meminit():
     """While active, Amaranth's RTLIL backend writes a memory's initial contents from one formatted string
     instead of one netlist constant object per bit, with the same text: 9 of the ~14 s of converting tile8x8
     went there (2.8 M bits, most of them the zeros of the scratchpads). The RTLIL, hence tile.v, is unchanged
-    (tests/hw/test_generate.py compares both); amaranth is pinned in pyproject.toml, as this replaces a method
+    (tests/test_hw_blocks.py compares both); amaranth is pinned in pyproject.toml, as this replaces a method
     of its backend (`ModuleEmitter.emit_memory`, amaranth 0.5.10)."""
     cls = rtlil.ModuleEmitter
     original = cls.emit_memory

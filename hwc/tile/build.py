@@ -190,8 +190,9 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
         best = min(mine, key=lambda c: c[0])
         first = next((i for i in best[2].program if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT), None)
         # (splitting saves at most the first group's load: not tried when that is a small share of the run)
-        if fixed is not None and fixed.get("split") or fixed is None and first is not None and \
-                first.get("rows") * first.get("row_beats") >= SPLIT_MIN_SHARE * best[0]:
+        pinned = fixed is not None and fixed.get("split")
+        if pinned or (fixed is None and first is not None
+                      and first.get("rows") * first.get("row_beats") >= SPLIT_MIN_SHARE * best[0]):
             prog = cg.refinalize(best[3]["loads"], split=True)
             if prog.program != best[2].program:   # (a single piece: the same program)
                 split = (_cycles(target, prog, base), p, prog, dict(best[3], split=True))

@@ -136,7 +136,7 @@ class Codegen:
         # (the PPU waits for the GEMM before them to complete, the next one then preloads)
         self._lag_cover = t.GEMM_LATENCY + t.IDLE_LAG + 1 + t.PRELOAD + t.GEMM_SETUP
         self._post_writes = None      # v2: lines the last POST instruction writes (None: nothing pending)
-        self._acc_half = 0   # v2: the accumulator slot of the next pixel tile (`_next_acc`)
+        self._acc_slot = 0   # v2: the accumulator slot of the next pixel tile (`_next_acc`)
         self._later_post = None       # v2: a PPU (and fused add) to emit behind the next GEMM, with PPU.lag
         self._later_region = None     # v2: what that PPU writes, when it is the previous layer's (None: this one's)
         self._later_add = None        # v2: (GEMMs of the tile to emit first, the fused add of a lag PPU)
@@ -940,12 +940,12 @@ class Codegen:
         return self.acc_lines // self.acc_slots if self.post_unit else self.acc_lines
 
     def _acc_base(self) -> int:
-        return self._acc_half * (self.acc_lines // self.acc_slots) if self.post_unit else 0
+        return self._acc_slot * (self.acc_lines // self.acc_slots) if self.post_unit else 0
 
     def _next_acc(self) -> int:
         """v2: consecutive pixel tiles take the accumulator slots in turn (the PPU drains one while GEMMs fill
         another)."""
-        self._acc_half = (self._acc_half + 1) % self.acc_slots
+        self._acc_slot = (self._acc_slot + 1) % self.acc_slots
         return self._acc_base()
 
     def _dwp_block(self, blk: np.ndarray) -> bytes:
@@ -1066,7 +1066,7 @@ class Codegen:
         n = self.n
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
         c = src.c // layer.fold
-        if dst.cb > self.acc_lines:
+        if dst.cb > self._acc_cap():   # (one accumulator line per channel block, in the tile's slot)
             raise UnsupportedError(f"layer {layer.name!r}: {dst.cb} channel blocks exceed the accumulators",
                                    [layer.name])
         blocks = {}
