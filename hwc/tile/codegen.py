@@ -118,6 +118,9 @@ def _input_chunks(t: TileTensor, step: int) -> list[tuple[int, int, int, int]]:
 
 
 class Codegen:
+    #: the depthwise schedules `_dw_plan` prices (docs/tile-v2.md, "Depthwise schedules")
+    DW_MODES = ("diag", "rows", "cols", "image", "pitch", "pitch+", "pcols", "pitch2")
+
     def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0,
                  tiling: str = "cost", lag_ppu: bool = True):
         feats = target["features"]  # (validated: hwc/targets/tile_schema.py fills the defaults)
@@ -504,7 +507,7 @@ class Codegen:
         # (output block, input block, tap) is then diagonal or zero (`_dw_taps`: "rows", "cols" and "image")
         dw_mode = (self.depthwise and kw > 1 and layer.group * src.s2d == c and layer.group * dst.s2d == m
                    and (src.s2d == dst.s2d == 1 or layer.group % n == 0))
-        mode = "rows"   # depthwise: diag rows cols image pitch pcols pitch2 (docs/tile-v2.md, "Depthwise schedules")
+        mode = "rows"   # depthwise: one of DW_MODES (docs/tile-v2.md, "Depthwise schedules")
         dw_cost = None
         if dw_mode and self.tiling in ("cost", "quarter"):  # ("quarter" tiles the other layers its own way)
             rows_per_tile, mode, dw_cost = self._dw_plan(layer, wpad, ho, wo, rows_per_tile)
@@ -550,6 +553,8 @@ class Codegen:
                         gi += 1
                         streamed += self._gemm_cycles(f["n_outer"] * f["n_inner"])
                         if self._later_post and (streamed >= self._lag_cover or gi == isa.PPU_MAX_LAG or tile_end):
+                            if cob == cbo - 1 and ti == len(tiles) - 1:
+                                self._own_fills(g)
                             later, self._later_post = self._later_post, None
                             later(g, gi)
                         if self._later_add is not None and gi >= self._later_add[0]:
@@ -578,11 +583,11 @@ class Codegen:
                         else:
                             add(g)
 
-                if self.lag_ppu and len(taps) >= 2 and not last:
+                if self._lags(layer, mode, taps, rows) and not last:
                     # v2, PPU.lag: the PPU issues behind the next tile's first k GEMMs and waits only for the
                     # GEMMs before those, so the array streams on instead of draining at every tile. k: as
                     # few as stream long enough to cover the wait for this tile's last GEMM to complete and
-                    # the next GEMM's preload (`_lag_cover`); behind one short GEMM the array would idle
+                    # the next GEMM's preload (`_lag_cover`); behind one short GEMM the array would idle (`_lags`)
                     self._later_post = post
                     self._later_region = None
                 elif last and self._lag_across(layer):
@@ -610,6 +615,28 @@ class Codegen:
         oy0, rows = tiles[-1]
         written = self.fused_adds[self.layer].dst if self.layer in self.fused_adds else dst.name
         self._tail = ((written, cbo - 1, oy0, oy0 + rows), self._tile_cost(layer, rows)[1])
+
+    def _own_fills(self, g: Group) -> None:
+        """v2, in a layer's last pixel tile: this layer's output halo FILLs still pending (POST had no room between
+        the GEMMs) go before the PPU of the tile before. Behind it, the next layer's first GEMM, which reads them,
+        waited for that PPU too (MobileNetV1-0.25 tile32x32: 300-400 cycles at each of three layers; block 0's
+        FILLs only, the block the next layer's first GEMMs read: 24,385 -> 24,361 there, DS-CNN 4,952 -> 4,970)."""
+        mine = [d for d in self._drip if d[0] == self.layer]
+        self._drip = [d for d in self._drip if d[0] != self.layer]
+        for d in mine:
+            self._emit_fill(g, *d[1:])
+
+    def _lags(self, layer: ConvLayer, mode: str, taps: list[tuple], rows: int) -> bool:
+        """v2: may a pixel tile's PPU lag behind the next tile's first GEMMs (PPU.lag)? With two GEMMs a tile or
+        more, or one that streams long enough to cover the wait (`_lag_cover`): behind one short GEMM the array
+        idled about GEMM_LATENCY cycles a tile (the FC autoencoder at batch 8, 8-line GEMMs)."""
+        if not self.lag_ppu or not taps:
+            return False
+        if len(taps) >= 2:
+            return True
+        kk, off, cib, _, _, skip, si = taps[0]
+        f = self._gemm_fields(layer, mode, 0, rows, kk, off, cib, skip, si)
+        return f["n_outer"] * f["n_inner"] >= self._lag_cover
 
     def _lag_across(self, layer: ConvLayer) -> bool:
         """v2: may this layer's last PPU lag into the next layer (a convolution, which then emits it, `emit_conv`)?
@@ -736,12 +763,12 @@ class Codegen:
                             dwp=1)
             f = self._gemm_fields(layer, "cols", oy0, rows, kk, off, cib, skip, si)
             return dict(f, acc_so=pitch, acc_off=(kw - 1 - kx0) * pitch + kh - 1)
-        if mode == "pitch":  # GEMM.dwp: whole padded rows, n_inner = the row pitch; kk = -1 marks that GEMM
+        if mode in ("pitch", "pitch+"):  # GEMM.dwp: whole padded rows, n_inner = the row pitch; kk = -1 marks it
             y0 = oy0 * sh - pt
             kh, kw = layer.weight.shape[2:]
-            e = self._pitch_shift(layer)
+            e = self._pitch_shift(layer, mode)
             if kk == -1:
-                n_rows = (rows - 1) * sh + (kh - 1) * dh + 1
+                n_rows = (rows - 1) * sh + (kh - 1) * dh + 1 + (mode == "pitch+")
                 return dict(region=(src.name, cib, y0, y0 + n_rows), act=src.line(cib, y0, -pl) + e, n_outer=n_rows,
                             n_inner=src.wp, act_so=src.wp, act_si=1, acc_so=src.wp, acc_si=1, dwp=1)
             if kk == -4:  # the first outputs of the first row for masked tap (0, off): their input line, a pad
@@ -780,9 +807,9 @@ class Codegen:
             pitch = self._pcols_lines(layer, rows)[1]
             return dict(acc=acc + (kw - 1 - self._pcols_first(layer)) * pitch + kh - 1, n_outer=wo, n_inner=rows,
                         acc_so=pitch, acc_si=1, out_so=1, out_si=dst.wp)
-        if mode in ("image", "pitch"):  # output (y, x) at its last tap's line; the lines in between are not outputs
+        if mode in ("image", "pitch", "pitch+"):  # output (y, x) at its last tap's line; the rest are not outputs
             (sh, sw), (dh, dw), (_, _, kh, kw) = layer.strides, layer.dilations, layer.weight.shape
-            wp, e = self.tensor(layer.src).wp, (self._pitch_shift(layer) if mode == "pitch" else 0)
+            wp, e = self.tensor(layer.src).wp, (self._pitch_shift(layer, mode) if mode != "image" else 0)
             return dict(acc=acc + (kh - 1) * dh * wp + (kw - 1) * dw - e, n_outer=rows, n_inner=wo, acc_so=sh * wp,
                         acc_si=sw, out_so=dst.wp, out_si=1)
         return dict(acc=acc, n_outer=rows, n_inner=wo, acc_so=wo, acc_si=1, out_so=dst.wp, out_si=1)
@@ -819,19 +846,24 @@ class Codegen:
         pitch = rows + kh - 1
         return (self.tensor(layer.dst).w + kw - 1 - self._pcols_first(layer)) * pitch, pitch
 
-    def _pitch_shift(self, layer: ConvLayer) -> int:
+    def _pitch_shift(self, layer: ConvLayer, mode: str = "pitch") -> int:
         """"pitch": lines the last output's last tap lies past its padded row (a right pad stored in the next
         row's left pad, `TileTensor.share_pad_column`). The GEMM starts that many lines later, so that it ends
         there; those first lines of the first row then read zero through the row buffers (not the pad's zero
-        point): a tap reading them is added by a GEMM over the first outputs (`_dw_taps`), or is diagonal anyway."""
+        point): a tap reading them is added by a GEMM over the first outputs (`_dw_taps`), or is diagonal anyway.
+        "pitch+" starts on time and streams one padded row more instead (cheaper when a row is shorter than a
+        GEMM's preload)."""
+        if mode == "pitch+":
+            return 0
         src, wo = self.tensor(layer.src), self.tensor(layer.dst).w
         x_last = (wo - 1) * layer.strides[1] + (layer.weight.shape[3] - 1) * layer.dilations[1] - layer.pads[1]
         return max(0, x_last - (src.w + src.pads[3] - 1))
 
-    def _pitch_lines(self, layer: ConvLayer, rows: int) -> int:
-        """Lines a "pitch" (GEMM.dwp) depthwise GEMM streams for `rows` output rows: whole padded rows."""
+    def _pitch_lines(self, layer: ConvLayer, rows: int, mode: str = "pitch") -> int:
+        """Lines a "pitch" (GEMM.dwp) depthwise GEMM streams for `rows` output rows: whole padded rows ("pitch+":
+        one more)."""
         (sh, _), (dh, _), kh = layer.strides, layer.dilations, layer.weight.shape[2]
-        return ((rows - 1) * sh + (kh - 1) * dh + 1) * self.tensor(layer.src).wp
+        return ((rows - 1) * sh + (kh - 1) * dh + 1 + (mode == "pitch+")) * self.tensor(layer.src).wp
 
     def _tile_rows(self, layer: ConvLayer, ho: int, wo: int, most: int, dw: tuple | None = None):
         """v2: output rows per pixel tile. More tiles let a tile's PPU (and fused add) overlap the next
@@ -864,9 +896,9 @@ class Codegen:
             gemm_tile = taps * self._gemm_cycles(p)
         else:
             ntaps, skip, mode, fixes = dw
-            if mode == "pitch":  # the row-buffer GEMM, then one over the outputs per tap it does not reach, and
-                # one over the first outputs per tap it read zero for (a few lines)
-                gemm_tile = self._gemm_cycles(self._pitch_lines(layer, r)) + \
+            if mode in ("pitch", "pitch+"):  # the row-buffer GEMM, then one over the outputs per tap it does not
+                # reach, and one over the first outputs per tap it read zero for (a few lines; none with "pitch+")
+                gemm_tile = self._gemm_cycles(self._pitch_lines(layer, r, mode)) + \
                     (ntaps - 1 - fixes) * self._gemm_cycles(p) + fixes * self._gemm_cycles(1)
             elif mode == "pitch2":  # one GEMM per column phase over every padded row of the tile
                 n_rows = self._pitch2_lines(layer, r)[0]
@@ -888,8 +920,14 @@ class Codegen:
         if dst.fill is not None and (dst.pads[1] or dst.pads[3]):
             post_tile += r * (t.FILL_OVERHEAD + dst.pads[1] + dst.pads[3] + t.IDLE_LAG)
         # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
+        # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile. One GEMM a tile
+        # lags too when it is long (`_lags`), but the model charges the drain but for "pitch+" (one GEMM by design):
+        # crediting "image" and dense tiles with it measured slower (DS-CNN tile32x32 4,970 -> 5,053 cycles,
+        # MobileNetV1-0.25 24,769 -> 25,076: fewer, longer tiles whose last PPU the next layer waits for)
         gemms = dw[0] if dw is not None else taps
-        drain = 0 if self.lag_ppu and gemms >= 2 else t.GEMM_LATENCY + t.PRELOAD + t.GEMM_SETUP
+        lag = gemms >= 2 or (dw is not None and dw[2] == "pitch+"
+                             and self._pitch_lines(layer, r, "pitch+") >= self._lag_cover)
+        drain = 0 if self.lag_ppu and lag else t.GEMM_LATENCY + t.PRELOAD + t.GEMM_SETUP
         return max(gemm_tile, post_tile) + drain, post_tile
 
     def _dw_plan(self, layer: ConvLayer, wpad: np.ndarray, ho: int, wo: int, most: int) -> tuple:
@@ -902,7 +940,7 @@ class Codegen:
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
         acc_cap = self._acc_cap()
         best = None
-        for mode in ("diag", "rows", "cols", "image", "pitch", "pcols", "pitch2"):
+        for mode in self.DW_MODES:
             taps = [None] * (layer.weight.shape[2] * layer.weight.shape[3]) if mode == "diag" else \
                 self._dw_taps(layer, wpad, 0, mode)
             if taps is None:
@@ -920,9 +958,10 @@ class Codegen:
                            and self._pcols_lines(layer, r)[0] <= min(acc_cap, 4095)), default=0)
                 if not cap:
                     continue
-            if mode in ("image", "pitch"):
-                lines = self._image_lines if mode == "image" else self._pitch_lines
-                cap = max((r for r in range(1, most + 1) if lines(layer, r) <= min(acc_cap, 4095)), default=0)
+            if mode in ("image", "pitch", "pitch+"):
+                def lines(r, mode=mode):
+                    return self._image_lines(layer, r) if mode == "image" else self._pitch_lines(layer, r, mode)
+                cap = max((r for r in range(1, most + 1) if lines(r) <= min(acc_cap, 4095)), default=0)
                 if not cap:
                     continue
             skip = max((t[5] for t in taps if t), default=0)
@@ -972,15 +1011,17 @@ class Codegen:
         if stacked and mode not in ("rows", "cols", "image"):
             return None
         cibs = range(wpad.shape[1] // n) if stacked else (cob,)
-        if mode == "pitch":  # GEMM.dwp: tap (ky, kx) in column DWP_TAPS*(kh-1-ky) + kw-1-kx; the rest diagonal
-            wp = self.tensor(layer.src).wp
+        if mode in ("pitch", "pitch+"):  # GEMM.dwp: tap (ky, kx) in column DWP_TAPS*(kh-1-ky) + kw-1-kx; the rest
+            src = self.tensor(layer.src)    # diagonal. "pitch+": only where "pitch" starts late, and its extra row
+            wp = src.wp                     # stays within the ACT memory
             if not (self.dw_lines and layer.dilations == (1, 1) and kh <= isa.DWP_ROWS and kw <= isa.DWP_TAPS
-                    and isa.DWP_MIN_PITCH <= wp <= self.dw_lines):
+                    and isa.DWP_MIN_PITCH <= wp <= self.dw_lines) or (mode == "pitch+" and not (
+                        self._pitch_shift(layer) and src.base + src.lines + wp <= self.act_lines)):
                 return None
             cols = n + 1 if self.dw9 else n   # GEMM.dw9: column 8, the ninth PE (weights: the next block's row 0)
             blk = np.zeros((n, cols), np.int8)
             rest, fix = [], []
-            e = self._pitch_shift(layer)
+            e = self._pitch_shift(layer, mode)
             for ky in range(kh):
                 for kx in range(kw):
                     c = isa.DWP_TAPS * (kh - 1 - ky) + kw - 1 - kx

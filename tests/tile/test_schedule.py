@@ -809,3 +809,84 @@ def test_a_layers_last_ppu_lags_into_the_next_layer():
     r = readers[0]
     posts = [k for k in range(last_ppu + 1, r) if prog[k].op in (isa.Op.PPU, isa.Op.VEC, isa.Op.FILL)]
     assert int(prog[r].wait) & isa.Wait.POST or posts, (r, posts)
+
+
+def test_depthwise_over_rows_streams_a_row_more_rather_than_a_one_line_gemm(monkeypatch):
+    """"pitch+": with the left and right pads in one column, a "pitch" GEMM starts a line late (it ends at the last
+    output's last tap) and a one-line GEMM adds the tap (0, 0) of the tile's first output, ~10 cycles on tile32x32
+    for a line. On DS-CNN's 25x5 maps (a 6-line pitch) the GEMM starts on time and streams one padded row more:
+    no one-line GEMMs, fewer cycles than without "pitch+". Exact against the int8 reference."""
+    from hwc import isa
+    from hwc.tile.codegen import Codegen
+
+    c, h, w = 64, 25, 5
+    b = QBuilder(seed=41)
+    x = b.input("x", (1, c, h, w), zp=3)
+    y = b.conv(x, c, k=1, relu=True)
+    g = b.output(b.conv(b.conv(y, c, k=3, pads=[1, 1, 1, 1], group=c, relu=True), c, k=1))
+    t = TARGETS["tile32x32"]
+    art = check_exact(g, t)
+    prog = isa.from_bytes(art.program)
+    wp = w + 1
+    dwp = [i for i in prog if i.op == isa.Op.GEMM and i.get("dwp")]
+    assert dwp and all(i.get("n_inner") == wp for i in dwp)
+    # a tile of r output rows streams r + 3 padded rows (r + 2 with "pitch"), over both channel blocks
+    assert sum(i.get("n_outer") - 3 for i in dwp) == 2 * h, [i.get("n_outer") for i in dwp]
+    ones = [i for i in prog if i.op == isa.Op.GEMM and i.get("n_outer") * i.get("n_inner") == 1]
+    assert not ones, "no one-line GEMMs"
+    monkeypatch.setattr(Codegen, "DW_MODES", tuple(m for m in Codegen.DW_MODES if m != "pitch+"))
+    before = check_exact(g, t)
+    old = isa.from_bytes(before.program)
+    assert [i for i in old if i.op == isa.Op.GEMM and i.get("n_outer") * i.get("n_inner") == 1], \
+        "without it the one-line GEMMs are back"
+    assert art.report["cycles"] < before.report["cycles"], (art.report["cycles"], before.report["cycles"])
+
+
+def test_a_tile_of_one_long_gemm_lags_its_ppu(monkeypatch):
+    """PPU.lag behind a pixel tile of a single GEMM (Codegen._lags): when that GEMM streams at least `_lag_cover`
+    cycles, the PPU of the tile before goes behind it instead of draining the array at every tile (MobileNetV1-0.25's
+    thin pointwise layers on tile32x32). Every PPU but the layer's last lags; fewer cycles than without; exact."""
+    from hwc import isa
+    from hwc.tile.codegen import Codegen
+
+    b = QBuilder(seed=43)
+    x = b.input("x", (1, 8, 40, 40), zp=1)
+    g = b.output(b.conv(b.conv(x, 8, k=1, relu=True), 8, k=1))
+    t = TARGETS["tile8x8"]
+    pin = [{"tiling": "quarter", "loads": "eager", "im2col": False, "shift": False, "split": False}]
+    art = check_exact(g, t, pin=pin)
+    (_, tp, _), = schedule(g, t, pin=pin)
+    prog, layer = tp.program, tp.insn_layer
+    gemms = [k for k, i in enumerate(prog) if i.op == isa.Op.GEMM and layer[k] == 0]
+    ppus = [k for k, i in enumerate(prog) if i.op == isa.Op.PPU and layer[k] == 0]
+    assert len(gemms) == len(ppus) >= 4, "one GEMM a pixel tile"
+    assert all(prog[k].get("n_outer") * prog[k].get("n_inner") >= 24 for k in gemms)
+    assert all(prog[k].get("lag") == 1 for k in ppus[:-1]), [prog[k].get("lag") for k in ppus]
+    monkeypatch.setattr(Codegen, "_lags", lambda self, layer, mode, taps, rows: self.lag_ppu and len(taps) >= 2)
+    before = check_exact(g, t, pin=pin)
+    assert art.report["cycles"] < before.report["cycles"], (art.report["cycles"], before.report["cycles"])
+
+
+def test_a_post_bound_layers_halo_fills_go_before_its_last_ppus(monkeypatch):
+    """When POST has no room between a layer's GEMMs for its output halo FILLs (Codegen._own_fills), they go before
+    the PPU of its second-to-last pixel tile, not after it: the next layer's first GEMM, which reads the halo, then
+    needs no POST wait behind that PPU. Fewer cycles than without; exact against the int8 reference."""
+    from hwc import isa
+    from hwc.tile.codegen import Codegen
+
+    b = QBuilder(seed=5)
+    x = b.input("x", (1, 16, 24, 24), zp=1)
+    y = b.conv(x, 32, k=1, relu=True)
+    g = b.output(b.conv(b.conv(y, 32, k=3, pads=[1, 1, 1, 1], group=32, relu=True), 64, k=1))
+    t = TARGETS["tile32x32"]
+    pin = [{"tiling": "quarter", "loads": "paced", "im2col": False, "shift": False, "split": False}]
+    runs = []
+    for off in (False, True):
+        if off:
+            monkeypatch.setattr(Codegen, "_own_fills", lambda self, g: None)
+        art = check_exact(g, t, pin=pin)
+        (_, tp, _), = schedule(g, t, pin=pin)
+        first = next(i for k, i in enumerate(tp.program) if i.op == isa.Op.GEMM and tp.insn_layer[k] == 1)
+        runs.append((art.report["cycles"], bool(int(first.wait) & isa.Wait.POST)))
+    assert runs[0][1] is False and runs[1][1] is True, runs
+    assert runs[0][0] < runs[1][0], runs
