@@ -16,6 +16,9 @@ KIND_CHAR = {"compute": "█", "post": "▓", "load": "░", "store": "▄"}
 KIND_RANK = ("compute", "post", "load", "store")
 STYLE = {"compute": "dark_orange", "post": "green", "load": "blue", "store": "red"}
 
+#: report["schedule"][k]["im2col"]: the host's expansion of a thin first layer (hwc.tile.build.schedule)
+_IM2COL = {True: "yes", "rows": "by rows (stacked outputs)", False: "no"}
+
 
 def _shape(s) -> str:
     return "x".join(str(d) for d in s) if s else "scalar"
@@ -52,7 +55,7 @@ def summary(rep: dict) -> Table:
         t.add_row("weight loads hidden behind compute", f"{rep['weight_load_hidden']:.0%}")
     for k, ch in enumerate(rep.get("schedule") or []):  # the scheduler's choices, by the cycle model
         t.add_row(f"schedule{f' (segment {k})' if len(rep['schedule']) > 1 else ''}",
-                  f"pixel tiling {ch['tiling']}, loads {ch['loads']}, host im2col {'yes' if ch['im2col'] else 'no'}, "
+                  f"pixel tiling {ch['tiling']}, loads {ch['loads']}, host im2col {_IM2COL.get(ch['im2col'], 'no')}, "
                   f"shifted stacking {'yes' if ch.get('shift') else 'no'}, "
                   f"first weights in pieces {'yes' if ch.get('split') else 'no'}")
     mem = rep.get("memory", {})

@@ -23,7 +23,7 @@ from hwc.ir.serialize import load_graph, save_graph
 from hwc.ref.interp import run_graph, run_node
 from hwc.tile import host
 from hwc.tile.codegen import Codegen, TileProgram
-from hwc.tile.layers import TilePlan, host_im2col, im2col_first_layer, partition, space_to_depth
+from hwc.tile.layers import TilePlan, host_im2col, im2col_first_layer, im2row_first_layer, partition, space_to_depth
 
 
 def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True, double_buffer: bool = True,
@@ -42,16 +42,21 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
     for k, plan in enumerate(partition(g, n)):
         fixed = pin[k] if pin and k < len(pin) else None
         starts = []   # (plan with stacking applied, im2col, shift tried): the variants, in order of preference
-        for expand in ([True, False] if im2col else [False]):
+        # expand: the host im2col of a thin first layer (True), of its rows into stacked outputs ("rows"), or none
+        for expand in ([True, "rows", False] if im2col else [False]):
             if fixed is not None and expand != fixed["im2col"]:
                 continue
             start = copy.deepcopy(plan)
-            if expand and not im2col_first_layer(start, n, target["scratchpad"]["act_lines"]):
+            if expand is True and not im2col_first_layer(start, n, target["scratchpad"]["act_lines"]):
                 continue  # no thin first layer to expand
+            if expand == "rows" and not stack:
+                continue
             for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
                 p = copy.deepcopy(start)
                 if stack:
                     space_to_depth(p, n, shift=shift)
+                if expand == "rows" and not im2row_first_layer(p, start, n, target["scratchpad"]["act_lines"]):
+                    continue  # no thin first layer with a stacked output
                 used = any(t.shift for t in p.tensors.values())
                 starts.append((p, expand, shift, used))
                 if not used:
@@ -74,7 +79,8 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
         _, plan, prog, choice = _pick(variants)
         if isinstance(prog.program, bytes):  # (from a worker process)
             prog = dataclasses.replace(prog, program=isa.from_bytes(prog.program))
-        out.append((plan, prog, dict(choice, im2col=bool(plan.im2col))))
+        kinds = {how.get("kind", True) for how in plan.im2col.values()}
+        out.append((plan, prog, dict(choice, im2col="rows" if "rows" in kinds else bool(kinds))))
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
         base = -(-end // 64) * 64
     return out

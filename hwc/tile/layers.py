@@ -462,8 +462,62 @@ def im2col_first_layer(plan: TilePlan, n_lanes: int, act_lines: int) -> bool:
     return done
 
 
+def im2row_first_layer(plan: TilePlan, orig: TilePlan, n_lanes: int, act_lines: int) -> bool:
+    """A stride-`sx` convolution on a thin host-provided input whose output is stacked f pixels a line
+    (`space_to_depth`, after it): those f outputs of one kernel row read a window of sx*(f-1) + (kw-1)*dx + 1
+    input pixels. When that window's C channels fit a line, the host builds the tensor of such windows, one line
+    per padded input row and stacked output column (neighbouring windows share their edge pixel: a copy each),
+    and the tile runs a (kh x 1) convolution of stride (sy, 1) over it straight into the stacked output lanes
+    (lane m + M*a: output channel m of pixel a): kh lines per output line. MobileNetV1-0.25 on tile32x32: 3 x 3
+    taps of 3 channels, 4 outputs of 8 channels a line, a 9-pixel window of 27 lanes; the host im2col streams
+    4 lines of 27 lanes (27 of 32 columns, 8 of 32 rows) per output line and loads twice the input. `orig`: the
+    plan before stacking (its layers hold the original weights). Returns whether a layer was rewritten."""
+    done = False
+    for i, layer in enumerate(plan.layers):
+        if not isinstance(layer, ConvLayer) or layer.src not in plan.inputs or layer.src in plan.outputs:
+            continue
+        base, t, dst = orig.layers[i], orig.tensors[layer.src], plan.tensors[layer.dst]
+        m, c, kh, kw = base.weight.shape
+        (sy, sx), (dy, dx), f = base.strides, base.dilations, dst.s2d
+        window = sx * (f - 1) + (kw - 1) * dx + 1
+        users = [x for x in plan.layers if x is not layer and layer.src in _layer_inputs(x)]
+        pt, pl, pb, pr = base.pads
+        hp = t.h + pt + pb
+        if (f == 1 or base.group != 1 or t.c != c or kw == 1 or users or c * window > n_lanes
+                or m * f != dst.c or hp * dst.w > act_lines):
+            continue
+        name = f"{layer.src}_im2row"
+        weight = np.zeros((m * f, c * window, kh, 1), np.int8)
+        for a in range(f):
+            for kx in range(kw):
+                for ci in range(c):
+                    weight[a * m:(a + 1) * m, ci * window + sx * a + kx * dx, :, 0] = base.weight[:, ci, :, kx]
+        plan.im2col[name] = {"kind": "rows", "src": layer.src, "window": window, "step": sx * f,
+                             "start": -sx * dst.shift, "cols": dst.w, "pads": list(base.pads), "zp": t.zp,
+                             "lanes_before": round(c / n_lanes, 3), "lanes_after": round(c * window / n_lanes, 3)}
+        plan.tensors[name] = TileTensor(name, c * window, hp, dst.w, t.zp, n_lanes,
+                                        graph_shape=(1, c * window, hp, dst.w))
+        plan.inputs[plan.inputs.index(layer.src)] = name
+        del plan.tensors[layer.src]
+        layer.src, layer.weight = name, weight
+        layer.bias, layer.mult, layer.shift = (np.tile(v, f) for v in (base.bias, base.mult, base.shift))
+        layer.strides, layer.pads, layer.dilations = (sy, 1), (0, 0, 0, 0), (dy, 1)
+        done = True
+    return done
+
+
 def host_im2col(x: np.ndarray, how: dict) -> np.ndarray:
-    """[1, C, H, W] int8 -> [1, C*kh*kw, Ho, Wo]: channel index (c, ky, kx), padding = zero point."""
+    """[1, C, H, W] int8 -> [1, C*kh*kw, Ho, Wo]: channel index (c, ky, kx), padding = zero point.
+    `how["kind"] == "rows"` (`im2row_first_layer`): -> [1, C*window, Hp, cols], channel (c, j) of (row r, column X)
+    the padded input's pixel (r, step*X + start + j), the zero point outside."""
+    if how.get("kind") == "rows":
+        pt, pl, pb, pr = how["pads"]
+        xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=how["zp"])
+        cols = how["step"] * np.arange(how["cols"])[None, :] + how["start"] + np.arange(how["window"])[:, None]
+        ok = (cols >= 0) & (cols < xp.shape[3])
+        out = np.where(ok[None, :, None, :], xp[0][:, :, np.clip(cols, 0, xp.shape[3] - 1)].transpose(0, 2, 1, 3),
+                       np.int8(how["zp"]))
+        return out.astype(x.dtype).reshape(1, -1, xp.shape[2], how["cols"])
     kh, kw = how["kernel"]
     sh, sw = how["strides"]
     dh, dw = how["dilations"]

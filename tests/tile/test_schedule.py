@@ -890,3 +890,38 @@ def test_a_post_bound_layers_halo_fills_go_before_its_last_ppus(monkeypatch):
         runs.append((art.report["cycles"], bool(int(first.wait) & isa.Wait.POST)))
     assert runs[0][1] is False and runs[1][1] is True, runs
     assert runs[0][0] < runs[1][0], runs
+
+
+@pytest.mark.parametrize("c, m, h, w, k, stride, pads, shift", [
+    (3, 8, 24, 24, 3, 2, [1, 1, 1, 1], True), (3, 8, 24, 24, 3, 2, [0, 0, 1, 1], False),
+    (3, 16, 12, 16, 3, 1, [1, 1, 1, 1], True), (2, 8, 9, 20, 5, 2, [2, 1, 2, 2], False),
+    (4, 8, 10, 8, 3, 2, [1, 1, 1, 1], False)])
+def test_the_host_builds_a_thin_first_layers_rows_into_stacked_outputs(c, m, h, w, k, stride, pads, shift):
+    """im2row (layers.im2row_first_layer): a thin first layer whose output is stacked f pixels a line runs as a
+    (k x 1) convolution over host-built windows of stride*(f-1) + k pixels, k lines per output line and block, exact
+    against the int8 reference (shifted and unshifted outputs, strides 1 and 2, asymmetric pads); on MobileNet's
+    shape (3 channels, 3x3, stride 2, 8 outputs) faster than the host im2col. A window wider than a line (4
+    channels x 9 pixels) is not rewritten: the pinned choice falls back, still exact."""
+    from hwc import isa
+
+    b = QBuilder(seed=c + m + h)
+    x = b.input("x", (1, c, h, w), zp=5)
+    y = b.conv(x, m, k=k, stride=stride, pads=pads, relu=True)
+    g = b.output(b.conv(y, m, k=3, pads=[1, 1, 1, 1]))
+    t = TARGETS["tile32x32"]
+    pin = [{"tiling": "quarter", "loads": "eager", "im2col": "rows", "shift": shift, "split": False}]
+    art = check_exact(g, t, pin=pin, seed=1)
+    if c * (stride * 3 + k) > 32:   # (f = 4 at least: 8 channels stacked into 32 lanes)
+        assert art.report["schedule"][0]["im2col"] is False
+        return
+    assert art.report["schedule"][0]["im2col"] == "rows"
+    (plan, tp, _), = schedule(g, t, pin=pin)
+    dst = plan.tensors[plan.layers[0].dst]
+    f, src = dst.s2d, plan.tensors[plan.inputs[0]]
+    assert f > 1 and src.c == c * (stride * (f - 1) + k) and src.s2d == 1
+    gemms = [i for j, i in enumerate(tp.program) if i.op == isa.Op.GEMM and tp.insn_layer[j] == 0]
+    assert sum(i.get("n_outer") * i.get("n_inner") for i in gemms) == k * dst.cb * dst.h * dst.w, \
+        "k lines per output line and channel block"
+    if (c, m, k, stride) == (3, 8, 3, 2):
+        other = check_exact(g, t, pin=[dict(pin[0], im2col=True)], seed=1)
+        assert art.report["cycles"] < other.report["cycles"], (art.report["cycles"], other.report["cycles"])
