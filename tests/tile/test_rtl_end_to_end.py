@@ -305,3 +305,27 @@ def test_first_weight_group_in_pieces_through_the_rtl():
     assert wl[:2] == [1, 2], wl
     feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, 24, 6, 6)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
+
+
+def test_im2row_first_layer_through_the_rtl():
+    """A thin first layer by rows (layers.im2row_first_layer): the host builds windows of 5 input pixels (stride 2,
+    two outputs a line, 3x3) of a 1-channel image and the tile runs a 3x1 convolution straight into the stacked,
+    shifted output. Through the generated tile.v: RTL == model == int8 reference, equal cycles."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc.ir import verify
+    from hwc.tile.build import build_tile
+
+    target = load_target("tile8x8")
+    b = QBuilder(seed=44)
+    x = b.input("x", (1, 1, 13, 12), zp=7)
+    y = b.conv(x, 4, k=3, stride=2, pads=[1, 1, 1, 1], relu=True)      # 4 channels: two pixels a line
+    z = b.conv(y, 4, k=3, pads=[1, 1, 1, 1], relu=True)
+    g = b.output(b.conv(z, 8, k=1))
+    verify(g)
+    art = build_tile(g, target, hdl=True,
+                     pin=[{"tiling": "quarter", "loads": "eager", "im2col": "rows", "shift": True, "split": False}])
+    assert art.report["schedule"][0]["im2col"] == "rows" and art.report["schedule"][0]["shift"]
+    feeds = {"x": np.random.default_rng(9).integers(-128, 128, (1, 1, 13, 12)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)
