@@ -1521,7 +1521,7 @@ class Codegen:
                     # params are not in yet gets them first (behind that chunk they held up a short first tile)
                     part = next((k for k, _ in deferred if k < 0 and _needs_first(g.compute[ei + 1:], nxt, k,
                                                                                    part_of, extra)), None)
-                    if part is not None:   # (DS-CNN tile8x8: 44,188 -> 44,127 cycles)
+                    if part is not None:   # (DS-CNN tile8x8: 44,188 -> 44,049 cycles)
                         flush(part)
                     load_chunk(nxt)
                 elif op == Op.GEMM and (loads == "eager" or debt[0] <= 0):
