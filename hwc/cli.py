@@ -169,7 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a built model on inputs")
     r.add_argument("artifact", help="a folder written by `hwc build`")
-    r.add_argument("--input", required=True, help="X.npz keyed by input names, or X.npy")
+    r.add_argument("--input", required=True,
+                   help="X.npz keyed by input names, or X.npy; an array with one more leading axis than the "
+                        "model's input (e.g. 5x1x3x96x96 for a 1x3x96x96 input) is a batch of samples, run one by "
+                        "one, and the outputs get that axis too")
     r.add_argument("-o", "--output", help="write outputs to this .npz")
     r.add_argument("--engine", default="auto", help="auto, reference, model or rtl")
     r.set_defaults(fn=cmd_run)

@@ -178,22 +178,31 @@ SPLIT_MIN_SHARE = 0.005
 def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixed: dict | None = None,
               policies: tuple[str, ...] | None = None) -> list:
     """Generate the segment's candidate programs: with a post-processing unit, each pixel-tiling policy with
-    both LOAD placements, and the faster of those with the first weight group loaded in pieces (`split`,
+    both LOAD placements (and with bus-bound weight groups grown, `bus_groups`, where there are any), and the
+    faster of those with the first weight group loaded in pieces (`split`,
     Codegen.finalize), timed by the cycle model (it runs a program in a fraction of a second; `schedule` keeps
     one, `_pick`). `fixed`: the policies to use instead; `policies`: only these tiling policies.
     Returns [(cycles, plan, program, choice)]."""
     found = []
     for policy in (policies if policies is not None else _policies(target, fixed)):
-        p = copy.deepcopy(plan)
-        cg = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy)
-        eager = cg.run()
-        mine = []
-        for loads in ("eager", "paced"):
-            if fixed is not None and loads != fixed["loads"]:
+        mine, gens = [], {}
+        # bus_groups: weight groups behind a bus-bound one grown (Codegen.weighted), tried when some group is
+        # (MobileNet tile32x32's tail is, and it is faster without; the FC autoencoder faster with)
+        for bus in ([fixed.get("bus_groups", False)] if fixed is not None else [False, True]):
+            if bus and False in gens and not gens[False][0].bus_bound:
                 continue
-            prog = eager if loads == "eager" else cg.refinalize(loads)
-            mine.append((_cycles(target, prog, base), p, prog, {"tiling": policy, "loads": loads, "split": False}))
+            p = copy.deepcopy(plan)
+            cg = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy, bus_groups=bus)
+            gens[bus] = cg, p
+            eager = cg.run()
+            for loads in ("eager", "paced"):
+                if fixed is not None and loads != fixed["loads"]:
+                    continue
+                prog = eager if loads == "eager" else cg.refinalize(loads)
+                mine.append((_cycles(target, prog, base), p, prog,
+                             {"tiling": policy, "loads": loads, "split": False, "bus_groups": bus}))
         best = min(mine, key=lambda c: c[0])
+        cg, p = gens[best[3]["bus_groups"]]
         first = next((i for i in best[2].program if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT), None)
         # (splitting saves at most the first group's load: not tried when that is a small share of the run)
         pinned = fixed is not None and fixed.get("split")

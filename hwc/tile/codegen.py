@@ -122,13 +122,16 @@ class Codegen:
     DW_MODES = ("diag", "rows", "cols", "image", "pitch", "pitch+", "pcols", "pitch2")
 
     def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0,
-                 tiling: str = "cost", lag_ppu: bool = True):
+                 tiling: str = "cost", lag_ppu: bool = True, bus_groups: bool = False):
         feats = target["features"]  # (validated: hwc/targets/tile_schema.py fills the defaults)
         self.post_unit = feats["post_unit"]   # v2: PPU/VEC/FILL overlap the array
         self.depthwise = feats["depthwise"]   # v2: GEMM.dw
         self.dw_lines = target["scratchpad"]["dw_line_buffer"]  # GEMM.dwp rows
         self.dw9 = feats["dw_ninth_tap"]      # GEMM.dw9: column 8 of a row-buffer GEMM on 8 columns
         self.tiling = tiling          # v2 pixel-tile policy: "cost" (model), "quarter" or "max"
+        self.bus_groups = bus_groups  # weight groups after a bus-bound one grow to the bank (`weighted`)
+        self.bus_bound = False        # (set by `weighted`: some group was sized behind a bus-bound one)
+        self._wbeats = None           # (`_weight_beats`)
         self._halo_pending = None     # v2: output halo FILLs wait for the layer's first PPU
         self._drip: list[tuple] = []  # v2: halo FILL runs not yet emitted (dripped between GEMMs)
         self._clock = [0, 0]          # v2: estimated GEMM stream time, estimated time POST is free
@@ -208,6 +211,20 @@ class Codegen:
             # (The first group's load cannot hide: it holds a single request.)
             prev = [x for x in self.groups[:-1] if x.blocks is not None]
             budget = prev[-1].est if prev else 0
+            left = self._weight_beats() - (sum(len(x.blocks) for x in prev) + grown) * self.n
+            if len(prev) >= 2 and prev[-1].est < len(prev[-1].blocks) * self.n \
+                    and budget < self.bank_blocks * self.n and left >= 2 * g.est:
+                # The previous group's load outlasted its compute: the bus bounds this stretch, no load hides, and
+                # each LOAD's fixed 11-19 cycles (overhead and latency) every few blocks add up. The search's
+                # `bus_groups` candidate grows such groups to the bank. Not where the loads still to come (about)
+                # would not cover twice this group's compute: behind the last loads a big group's compute (a PPU
+                # between each of its layers) is exposed. FC autoencoder, tile8x8 / tile32x32 / tile32x32 at batch
+                # 8: 38,427 / 10,399 / 10,873 cycles before; grown to 1,024 beats without this guard 36,659 /
+                # 9,467 / 9,920, with it 36,275 / 9,435 / 9,883; to the bank (1,024 / 2,048 beats) 36,275 / 9,364 /
+                # 9,817; to 512 beats 36,593 / 9,545 / 9,996.
+                self.bus_bound = True
+                if self.bus_groups:
+                    budget = self.bank_blocks * self.n
             if len(prev) == 2:
                 # the params' first part (up to all of them) loads in the same window, beside or before this group
                 # (`finalize`: the shorter of it and the second group first): MobileNet tile8x8 135,185 -> 134,701
@@ -230,6 +247,17 @@ class Codegen:
         g = Group([], layer=self.layer, block_bytes=self.n * self.n)
         self.groups.append(g)
         return g
+
+    def _weight_beats(self) -> int:
+        """About the beats of all the model's weights (dense blocks; a depthwise layer's diagonal ones)."""
+        if self._wbeats is None:
+            n, blocks = self.n, 0
+            for layer in self.plan.layers:
+                if isinstance(layer, ConvLayer):
+                    m, c, kh, kw = layer.weight.shape
+                    blocks += -(-m // n) * (1 if layer.group == c == m else -(-c // n)) * kh * kw
+            self._wbeats = blocks * n
+        return self._wbeats
 
     def _param_beats(self) -> int:
         """About the beats of all the params (one entry per output block of every layer that post-processes)."""

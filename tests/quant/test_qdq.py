@@ -1,15 +1,14 @@
 """QDQ import: a model quantized by onnxruntime's quantize_static runs in hwc's int8
-reference within 1 LSB of onnxruntime's own int8 execution of the same file.
+reference within 1 LSB of onnxruntime's execution of the same file (as written: `ort_codes`).
 
 Why not always 0: the integers (weights, biases, zero points, scales) are the model's; only
-the requantization differs -- onnxruntime multiplies the accumulator by the float32 factor
-s_x*s_w/s_y and rounds half to even, hwc uses a 31-bit multiplier and rounds half up
-(hwc.quant.arith, hwc.quant.qdq). A code differs when the exact product lies within the
-float32 factor's error of a rounding boundary, or on an exact tie (onnxruntime's int8
-Add and AveragePool also compute their rescaling in float); a difference in one layer can
-move a downstream code by one step too. Measured (16 held-out samples): small_cnn and
-small_mlp identical on every output code; ResNet-8 (9 convs, 3 residual adds, average
-pool) 17 of 160 output codes differ by 1 per-channel, 28 of 160 per-tensor, none by more.
+the arithmetic differs -- onnxruntime dequantizes to float32, runs the float op and quantizes
+with rounding half to even, hwc accumulates in int32 and requantizes with a 31-bit multiplier,
+rounding half up (hwc.quant.arith, hwc.quant.qdq). A code differs when the exact value lies
+within float32's error of a rounding boundary, or on an exact tie; a difference in one layer
+can move a downstream code by one step too. Measured (16 held-out samples): small_cnn and
+small_mlp identical on every output code; ResNet-8 (9 convs, 3 residual adds, average pool)
+23 of 160 output codes differ by 1 per-channel, 28 of 160 per-tensor, none by more.
 """
 
 import logging
@@ -53,8 +52,14 @@ def ort_quantize(model, feeds, per_channel):
 
 
 def ort_codes(qm, feeds, scale, zp):
+    """onnxruntime's output codes of the QDQ model as written (DequantizeLinear, the float op, QuantizeLinear).
+    Not with its graph optimizations: they fuse each QDQ group into an int8 kernel, and on an x86 CPU without
+    VNNI (AVX2 only, e.g. this AMD EPYC) that kernel adds products in pairs in saturating int16 (VPMADDUBSW):
+    output codes then differ by up to 36 from the exact result, depending on the machine (measured 2026-12-02;
+    on the earlier VNNI machine they matched)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     s = ort.InferenceSession(qm.SerializeToString(), so, providers=["CPUExecutionProvider"])
     y = np.stack([s.run(None, {k: v[i] for k, v in feeds.items()})[0] for i in range(len(feeds["input"]))])
     return np.rint(y / scale).astype(np.int64) + zp

@@ -970,3 +970,33 @@ def test_a_ppu_gets_its_params_before_the_next_chunk_its_tile_does_not_read(monk
             np.testing.assert_array_equal(got[name], want[name])
         cycles.append(art.report["cycles"])
     assert cycles[0] < cycles[1], cycles
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+def test_bus_bound_weight_groups_grow(target):
+    """`bus_groups` (Codegen.weighted): behind a weight group whose load outlasts its compute (FC layers at batch
+    1: each weight block serves one line), groups grow to the bank instead of matching that short compute,
+    so fewer LOADs pay their fixed cost. Fewer weight LOADs, fewer cycles, the search picks it, and the outputs
+    equal the int8 reference's either way. (On a small chain it can be slower: the search then keeps the
+    small groups.)"""
+    from hwc import isa
+    t = TARGETS[target]
+    b = QBuilder(seed=47)
+    x = b.input("x", (1, 640), zp=3)    # shaped like the FC autoencoder (hwc.zoo.fc_autoencoder)
+    for m in (128, 128, 128, 128, 8, 128, 128, 128, 128, 640):
+        x = b.gemm(x, m)
+    g = b.output(x)
+    pin = {"tiling": "cost", "loads": "eager", "im2col": False, "shift": False, "split": False}
+    runs = {}
+    for bus in (False, True):
+        art = check_exact(g, t, pin=[dict(pin, bus_groups=bus)])
+        assert art.report["schedule"][0]["bus_groups"] is bus
+        loads = [i.get("rows") * i.get("row_beats") for i in isa.from_bytes(art.program)
+                 if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT]
+        runs[bus] = art.report["cycles"], loads
+    (slow, few), (fast, grown) = runs[False], runs[True]
+    assert len(grown) < len(few) and sum(grown) == sum(few)
+    bank = t["scratchpad"]["wgt_bank_blocks"] * t["array"]["rows"]    # beats (a block: N beats of N bytes)
+    assert max(few) < max(grown) <= bank
+    assert fast < slow, runs
+    assert check_exact(g, t).report["schedule"][0]["bus_groups"] is True
