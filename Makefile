@@ -29,6 +29,8 @@ $(FPGA_STAMP): $(STAMP)
 
 setup: $(STAMP)
 	@bash scripts/ensure-tools.sh
+	@# byte-compiled sources: where PYTHONDONTWRITEBYTECODE is set, every hwc command would compile them again
+	@$(BIN)/python -m compileall -q hwc hw sim > /dev/null || true
 
 demo: setup
 	$(BIN)/python examples/demo.py

@@ -55,7 +55,7 @@ def build(
 
         hdl_job = None
         if tgt["kind"] == "tile" and hdl:  # tile.v converts on another core while we quantize and schedule
-            from hwc.hw.generate import convert_in_background
+            from hwc.hw.hdl_cache import convert_in_background
 
             hdl_job = convert_in_background(tgt)
         try:
@@ -66,7 +66,7 @@ def build(
             return _artifact(tgt, graph, report, info, triple, cpu, hdl, hdl_job)
         finally:
             if hdl_job is not None:
-                from hwc.hw.generate import finish_background
+                from hwc.hw.hdl_cache import finish_background
 
                 finish_background(hdl_job, kill=hdl_job.poll() is None)
     from hwc.passes import optimize
@@ -79,7 +79,7 @@ def build(
 def _artifact(tgt, graph, report, info, triple, cpu, hdl=True, hdl_job=None) -> Artifact:
     """The target kind's artifact for the optimized (or quantized) graph, its report completed
     with the data report.html and `hwc report` show (hwc.report.data). `hdl_job`: a tile.v conversion
-    running in another process (hwc.hw.generate.convert_in_background)."""
+    running in another process (hwc.hw.hdl_cache.convert_in_background)."""
     from hwc.report.data import complete
 
     art = _backend_artifact(tgt, graph, report, info, triple, cpu, hdl, hdl_job)

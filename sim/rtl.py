@@ -46,7 +46,7 @@ class Scenario:
 
 
 def default_build_root() -> Path:
-    from hwc.hw.generate import cache_root
+    from hwc.hw.hdl_cache import cache_root
 
     return cache_root() / "rtl"
 

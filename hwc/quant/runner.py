@@ -37,6 +37,8 @@ def _batch_safe(g: Graph, n: Node) -> bool:
     out_rank = g.type(n.outputs[0]).rank
     if any(g.type(o).shape[:1] != (1,) for o in n.outputs if o):
         return False
+    if n.op in ("Conv", "QConv"):   # (its weights, bias and requantization constants do not broadcast)
+        return True
     if n.op in _BATCH_FREE:
         if n.op in ("QuantizeLinear", "DequantizeLinear") and n.attrs["axis"] == 0:
             return False

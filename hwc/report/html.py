@@ -40,6 +40,7 @@ class _Page:
     def __init__(self, report: dict):
         self.rep = report
         self.parts: list[str] = []
+        self.pending: list[tuple[int, tuple]] = []   # (index in parts, (plot function, *arguments))
 
     def add(self, text: str) -> None:
         self.parts.append(text)
@@ -64,8 +65,40 @@ class _Page:
         cell = self.num(path, fmt, scale, tag="span", cls="v")
         return f'<div class="card"><div class="k">{html.escape(label)}{unit}</div>{cell}</div>'
 
-    def plot(self, name: str, svg: str, caption: str) -> None:
+    def plot(self, name: str, svg, caption: str) -> None:
+        """A figure: `svg` is the <svg> text, or (plot function, *arguments) to draw later (`draw`)."""
+        if isinstance(svg, tuple):
+            self.pending.append((len(self.parts), svg))
+            svg = ""
         self.add(f'<figure class="plot" id="plot-{name}">{svg}<figcaption>{caption}</figcaption></figure>')
+
+    def draw(self) -> None:
+        """Draw the pending plots into their figures: in two processes where the machine has the cores (matplotlib
+        takes about a second for a tile build's six plots; the page is the same either way)."""
+        todo, self.pending = self.pending, []
+        jobs = _jobs() if len(todo) > 1 else 1
+        if jobs > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("fork")) as pool:
+                svgs = list(pool.map(_draw, [thunk for _, thunk in todo]))
+        else:
+            svgs = [_draw(thunk) for _, thunk in todo]
+        for (k, _), svg in zip(todo, svgs):
+            self.parts[k] = self.parts[k].replace("><figcaption>", f">{svg}<figcaption>", 1)
+
+
+def _draw(thunk: tuple) -> str:
+    fn, *args = thunk
+    return fn(*args)
+
+
+def _jobs() -> int:
+    """Processes for the plots: the same rules as the scheduler's search (fork only, from one thread)."""
+    from hwc.tile.build import search_jobs
+
+    return search_jobs()
 
 
 def _ptr(key: str) -> str:
@@ -101,6 +134,7 @@ def render(report: dict) -> str:
         _quant(p)
     if report.get("energy"):
         _energy(p)
+    p.draw()
     title = f"hwc report: {model} on {target}"
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -198,7 +232,7 @@ def _timeline(p: _Page) -> None:
     hidden = p.rep.get("weight_load_hidden")
     extra = (f" Weight loads hidden behind compute: {p.num('weight_load_hidden', '{:.0%}', tag='span', cls='')}."
              if hidden is not None else "")
-    p.plot("timeline", plots.timeline(tl),
+    p.plot("timeline", (plots.timeline, tl),
            "Busy intervals of the tile's units per layer, from the Python tile model (one lane each for load, "
            "compute, post-process and store). Double-buffering shows as overlap: the weight load of a layer "
            "(its load lane) runs under the compute of the layer before it." + extra)
@@ -207,7 +241,7 @@ def _timeline(p: _Page) -> None:
 def _utilization(p: _Page) -> None:
     layers = p.rep["layers"]
     p.add("<h2>Utilization</h2>")
-    p.plot("utilization", plots.utilization(layers, p.rep.get("utilization", 0.0)),
+    p.plot("utilization", (plots.utilization, layers, p.rep.get("utilization", 0.0)),
            "MAC utilization per layer against the 100% line (every multiplier of the array busy every cycle). "
            "Residual adds and pooling run on the post-processing unit and do no MACs.")
 
@@ -216,7 +250,7 @@ def _memory(p: _Page) -> None:
     mem = p.rep["memory"]
     p.add("<h2>Memory plan</h2>")
     what = "ACT scratchpad" if mem.get("step_unit") == "layer" else "activation workspace"
-    p.plot("memory", plots.memory(mem),
+    p.plot("memory", (plots.memory, mem),
            f"Every buffer of the {what} as a rectangle: horizontally the schedule steps "
            f"({_esc(mem.get('step_unit'))}s) it is live, vertically its bytes. Buffers whose lifetimes do not "
            f"overlap share bytes. Peak "
@@ -228,7 +262,7 @@ def _memory(p: _Page) -> None:
 def _quant(p: _Page) -> None:
     q = p.rep["quant"]
     p.add("<h2>Quantization</h2>")
-    p.plot("quant", plots.quant_histograms(q),
+    p.plot("quant", (plots.quant_histograms, q),
            "Calibration histogram of every int8 tensor (64 bins over the observed range, log scale), the chosen "
            "range shaded between green lines, and the share of calibration values clipped by it.")
     rows = []
@@ -246,7 +280,7 @@ def _energy(p: _Page) -> None:
     e = p.rep["energy"]
     p.add("<h2>Energy</h2>")
     p.add(f'<p class="note">Per inference, {_esc(e["basis"])}. Prices: {_esc(e["table"]["source"])}.</p>')
-    p.plot("energy-variants", plots.energy_variants(e),
+    p.plot("energy-variants", (plots.energy_variants, e),
            "Energy per inference as built and with each optimization undone: what each one saves. Weight "
            "double-buffering saves time (cycles), not events, so its dynamic energy is the same.")
     rows = []
@@ -265,7 +299,7 @@ def _energy(p: _Page) -> None:
           '<th class="num">off-chip memory (µJ)</th><th class="num">total (µJ)</th>'
           '<th class="num">vs as built (µJ)</th></tr></thead><tbody>'
           + "".join(rows) + "</tbody></table>")
-    p.plot("energy-layers", plots.energy_layers(e),
+    p.plot("energy-layers", (plots.energy_layers, e),
            "Energy per layer, split into compute, on-chip memory (scratchpads / caches) and off-chip memory "
            "(external memory: weights, activations in and out, instruction fetch).")
     rows = []

@@ -382,7 +382,7 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     """Schedule an int8 graph for a tile target, measure it in the Python tile model, and
     package program, DRAM image, memory map, report and (with `hdl`) the tile's Verilog.
     `pin`: a previous build's report["schedule"] (its choices, repeated; see `schedule`). `hdl_job`: the
-    process converting tile.v into the cache meanwhile (hwc.hw.generate.convert_in_background)."""
+    process converting tile.v into the cache meanwhile (hwc.hw.hdl_cache.convert_in_background)."""
     from hwc.report.data import add_tile_data
     from hwc.sim.model import TileModel
     from hwc.tile.report import merge_reports, tile_report
@@ -423,10 +423,14 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     }
     tile_v = None
     if hdl:
-        from hwc.hw.generate import finish_background, verilog_text
+        from hwc.hw.hdl_cache import cached_text, finish_background
 
         finish_background(hdl_job)
-        tile_v = verilog_text(target)[0]
+        tile_v = cached_text(target)
+        if tile_v is None:
+            from hwc.hw.generate import verilog_text
+
+            tile_v = verilog_text(target)[0]
     info = {"int8": True, "tile": {"segments": ios}}
     return TileArtifact(target, graph, report, info, program=program, const=const, memory_map=memory_map,
                         tile_v=tile_v)

@@ -236,6 +236,8 @@ def test_batched_and_per_sample_runs_agree_exactly():
     g = import_onnx(m)
     xs = zoo.random_inputs(m, 5, seed=3)
     q = quantize(g, xs)
+    from hwc.quant.runner import batch_safe
+    assert batch_safe(q) and batch_safe(g)   # (the convolutions run all samples in one call)
     batched = run_batched(q, xs)["output"]
     single = np.stack([run_graph(q, {"input": x})["output"] for x in xs["input"]])
     np.testing.assert_array_equal(batched, single)
