@@ -40,7 +40,7 @@ class _Page:
     def __init__(self, report: dict):
         self.rep = report
         self.parts: list[str] = []
-        self.pending: list[tuple[int, tuple]] = []   # (index in parts, (plot function, *arguments))
+        self.pending: list[tuple] = []   # (index in parts, (plot function, *arguments), name, caption)
 
     def add(self, text: str) -> None:
         self.parts.append(text)
@@ -68,9 +68,10 @@ class _Page:
     def plot(self, name: str, svg, caption: str) -> None:
         """A figure: `svg` is the <svg> text, or (plot function, *arguments) to draw later (`draw`)."""
         if isinstance(svg, tuple):
-            self.pending.append((len(self.parts), svg))
-            svg = ""
-        self.add(f'<figure class="plot" id="plot-{name}">{svg}<figcaption>{caption}</figcaption></figure>')
+            self.pending.append((len(self.parts), svg, name, caption))
+            self.add("")   # (its place)
+            return
+        self.add(_figure(name, svg, caption))
 
     def draw(self) -> None:
         """Draw the pending plots into their figures: in two processes where the machine has the cores (matplotlib
@@ -82,11 +83,15 @@ class _Page:
             from concurrent.futures import ProcessPoolExecutor
 
             with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("fork")) as pool:
-                svgs = list(pool.map(_draw, [thunk for _, thunk in todo]))
+                svgs = list(pool.map(_draw, [thunk for _, thunk, _, _ in todo]))
         else:
-            svgs = [_draw(thunk) for _, thunk in todo]
-        for (k, _), svg in zip(todo, svgs):
-            self.parts[k] = self.parts[k].replace("><figcaption>", f">{svg}<figcaption>", 1)
+            svgs = [_draw(thunk) for _, thunk, _, _ in todo]
+        for (k, _, name, caption), svg in zip(todo, svgs):
+            self.parts[k] = _figure(name, svg, caption)
+
+
+def _figure(name: str, svg: str, caption: str) -> str:
+    return f'<figure class="plot" id="plot-{name}">{svg}<figcaption>{caption}</figcaption></figure>'
 
 
 def _draw(thunk: tuple) -> str:

@@ -211,9 +211,9 @@ class Codegen:
             # (The first group's load cannot hide: it holds a single request.)
             prev = [x for x in self.groups[:-1] if x.blocks is not None]
             budget = prev[-1].est if prev else 0
-            left = self._weight_beats() - (sum(len(x.blocks) for x in prev) + grown) * self.n
             if len(prev) >= 2 and prev[-1].est < len(prev[-1].blocks) * self.n \
-                    and budget < self.bank_blocks * self.n and left >= 2 * g.est:
+                    and budget < self.bank_blocks * self.n \
+                    and self._weight_beats() - (sum(len(x.blocks) for x in prev) + grown) * self.n >= 2 * g.est:
                 # The previous group's load outlasted its compute: the bus bounds this stretch, no load hides, and
                 # each LOAD's fixed 11-19 cycles (overhead and latency) every few blocks add up. The search's
                 # `bus_groups` candidate grows such groups to the bank. Not where the loads still to come (about)
