@@ -48,6 +48,7 @@ class TileParams:
     wgt_read_rows: int = 1    # weight rows the GEMM's preload reads per cycle (scratchpad.wgt_read_rows)
     dw_lines: int = 0         # lines of each GEMM.dwp row buffer (scratchpad.dw_line_buffer; 0: no GEMM.dwp)
     dw9: bool = False         # GEMM.dw9: a ninth PE per row for GEMM.dwp (features.dw_ninth_tap)
+    dw_post: bool = False     # PPU.dw: a 3x3 depthwise stage in the post-processing (features.dw_post)
 
     @classmethod
     def from_target(cls, target: dict) -> TileParams:
@@ -62,7 +63,7 @@ class TileParams:
                    param_entries=sp["param_entries"],
                    post_unit=target["features"]["post_unit"], depthwise=target["features"]["depthwise"],
                    wgt_read_rows=sp["wgt_read_rows"], dw_lines=sp["dw_line_buffer"],
-                   dw9=target["features"]["dw_ninth_tap"])  # (schema defaults)
+                   dw9=target["features"]["dw_ninth_tap"], dw_post=target["features"]["dw_post"])  # (schema defaults)
 
     # ---- derived sizes ----
     @property

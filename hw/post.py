@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hwc import isa
@@ -48,7 +49,7 @@ from hwc.quant import arith
 
 from . import dsp
 from .loop import loop2d
-from .params import DUP, TileParams, field
+from .params import DUP, TileParams, bits_for, field
 
 PIPE_LATENCY = isa.POST_PIPE_STAGES
 assert PIPE_LATENCY == 13 and dsp.LATENCY == 2, "PostPipe below is written with thirteen register stages"
@@ -233,14 +234,19 @@ class PostEngine(wiring.Component):
         w = self.word
         ppu, vec = isa.Op.PPU, isa.Op.VEC
         w_vec = w[isa.OPCODE_LSB:isa.OPCODE_LSB + isa.OPCODE_BITS] == vec
+        # PPU.dw (features.dw_post): three PARAM entries, the tile's padded rows streamed, the depthwise stage
+        dwp = p.dw_post
+        nent = isa.DW_POST_ENTRIES if dwp else 1
+        w_dw = (field(w, ppu, "dw") & ~w_vec) if dwp else C(0, 1)
+        is_dw = Signal()
 
         IDLE, PARAM, PREP, STREAM, DRAIN = range(5)
         state = Signal(range(5))
         is_vec = Signal()
         op_max = Signal()
         pbase = Signal(p.param_bits)
-        k = Signal(range(peb + 1))   # PARAM beats requested
-        preg = Signal(peb * p.beat_bits, reset_less=True)
+        k = Signal(range(nent * peb + 1))   # PARAM beats requested
+        preg = Signal(nent * peb * p.beat_bits, reset_less=True)
         slot = Signal(3)             # VEC frame slot, one-hot: 0 read a, 1 read b, 2 write
         run = Signal()               # state == STREAM, as a register of its own: `step` is one LUT from flip-flops
 
@@ -254,28 +260,33 @@ class PostEngine(wiring.Component):
         # then), not on `start`: the wide enables start from the engine's own registers, not from the
         # issue decision (hw/tile.py), which only sets the state
         capture = ~self.busy
+        # (PPU.dw: n_outer + 1 rows of n_inner + 1 positions, position (i, j) reading ACC line (i, j - 1))
         loop = loop2d(m, "pp", load=capture, step=step,
-                      n_outer=sel("n_outer", "n_outer"), n_inner=sel("n_inner", "n_inner"),
-                      streams=[(sel("a", "acc"), sel("in_so", "acc_so"), sel("in_si", "acc_si"), in_w),
+                      n_outer=sel("n_outer", "n_outer") + w_dw if dwp else sel("n_outer", "n_outer"),
+                      n_inner=sel("n_inner", "n_inner") + w_dw if dwp else sel("n_inner", "n_inner"),
+                      streams=[(Mux(w_dw, field(w, ppu, "acc") - field(w, ppu, "acc_si"), sel("a", "acc"))
+                                if dwp else sel("a", "acc"),
+                                sel("in_so", "acc_so"), sel("in_si", "acc_si"), in_w),
                                (field(w, vec, "b"), field(w, vec, "in_so"), field(w, vec, "in_si"), p.act_bits),
                                (sel("out", "out"), sel("out_so", "out_so"), sel("out_si", "out_si"), p.act_bits)])
         in_ptr, b_ptr, out_ptr = loop.ptrs
 
         # ---- PARAM entry: PEB reads, data one cycle later ----
-        pread = (state == PARAM) & (k < peb)
+        nbeats = Mux(is_dw, nent * peb, peb) if dwp else peb
+        pread = (state == PARAM) & (k < nbeats)
         m.d.comb += self.param_addr.eq(Mux(pread, pbase + k, 0))
         with m.If(pread):
             m.d.sync += k.eq(k + 1)
         pvalid = [Signal(name=f"pvalid{i}") for i in range(ML)]
-        pidx = [Signal(range(peb), name=f"pidx{i}", reset_less=True) for i in range(ML)]
+        pidx = [Signal(range(nent * peb), name=f"pidx{i}", reset_less=True) for i in range(ML)]
         m.d.sync += [pvalid[0].eq(pread), pidx[0].eq(k)]
         m.d.sync += [pvalid[i + 1].eq(pvalid[i]) for i in range(ML - 1)]
         m.d.sync += [pidx[i + 1].eq(pidx[i]) for i in range(ML - 1)]
         with m.If(pvalid[-1]):
-            for b in range(peb):
+            for b in range(nent * peb):
                 with m.If(pidx[-1] == b):
                     m.d.sync += preg[b * p.beat_bits:(b + 1) * p.beat_bits].eq(self.param_data)
-        last_beat = (state == PARAM) & pvalid[-1] & (pidx[-1] == peb - 1)   # the last beat lands now
+        last_beat = (state == PARAM) & pvalid[-1] & (pidx[-1] == nbeats - 1)   # the last beat lands now
         with m.If(last_beat):
             m.d.sync += state.eq(PREP)
 
@@ -306,6 +317,17 @@ class PostEngine(wiring.Component):
             for lane in range(n):
                 sh = clamp_sh(sh_sel[8 * lane:8 * lane + 8])
                 m.d.sync += shm1[6 * lane:6 * lane + 6].eq(sh - 1)
+        if dwp:   # entry param + 1: the depthwise stage's requantization (its shift - 1 prepared the same way)
+            e1 = peb * p.beat_bytes
+            bias2, mult2 = preg[8 * e1:8 * e1 + 32 * n], preg[8 * e1 + 32 * n:8 * e1 + 64 * n]
+            z2, lo2, hi2 = (byte(e1 + 9 * n + i).as_signed() for i in range(3))
+            shm2 = Signal(6 * n, reset_less=True)
+            sh_sel2 = Signal(8 * n, reset_less=True)
+            with m.If(last_beat):
+                m.d.sync += [sh_sel2[8 * lane:8 * lane + 8].eq(byte(e1 + 8 * n + lane)) for lane in range(n)]
+            with m.If(state == PREP):
+                m.d.sync += [shm2[6 * lane:6 * lane + 6].eq(clamp_sh(sh_sel2[8 * lane:8 * lane + 8]) - 1)
+                             for lane in range(n)]
 
         # ---- STREAM ----
         streaming = run
@@ -315,14 +337,29 @@ class PostEngine(wiring.Component):
         m.d.comb += step.eq(streaming & (~is_vec | slot[1]))
         with m.If(streaming & is_vec):
             m.d.sync += slot.eq(slot.rotate_left(1))
+        extra = Signal()   # PPU.dw: the stream's last position (the last output's bottom-right pad), no ACC read
         with m.If(step & loop.last):
-            m.d.sync += [state.eq(DRAIN), run.eq(0)]
-        m.d.comb += self.acc_raddr.eq(Mux(ppu_read, in_ptr[:p.acc_bits], 0))
+            m.d.sync += [state.eq(DRAIN), run.eq(0), extra.eq(is_dw)]
+        with m.Elif(extra):
+            m.d.sync += extra.eq(0)
+        tag, pad = out_ptr, C(0, 1)
+        if dwp:
+            # position (i, j) of the padded stream: a pad in the bottom row and in column 0 (the left pad, which is
+            # also the right pad of the row before); it completes the window of output (i - 1, j - 2) for j >= 2,
+            # of output (i - 2, n_inner - 1) for j = 0. The outputs come in row-major order: their own loop.
+            pad = Mux(extra, 1, loop.last_i | (loop.j == 0))
+            outv = Mux(extra, 1, ((loop.i != 0) & (loop.j >= 2)) | ((loop.i >= 2) & (loop.j == 0)))
+            oloop = loop2d(m, "dwo", load=capture, step=is_dw & (step | extra) & outv,
+                           n_outer=field(w, ppu, "n_outer"), n_inner=field(w, ppu, "n_inner"),
+                           streams=[(field(w, ppu, "out"), field(w, ppu, "out_so"), field(w, ppu, "out_si"),
+                                     p.act_bits)])
+            tag = Mux(is_dw, Cat(oloop.ptrs[0], outv, pad), out_ptr)
+        m.d.comb += self.acc_raddr.eq(Mux(ppu_read & ~(is_dw & pad), in_ptr[:p.acc_bits], 0))
         # a token enters the pipe ML cycles after its read, with the read data
         tvs = [Signal(name=f"tv{i}") for i in range(ML)]
         tsecs = [Signal(name=f"tsec{i}") for i in range(ML)]
-        ttags = [Signal(p.act_bits, name=f"ttag{i}", reset_less=True) for i in range(ML)]
-        m.d.sync += [tvs[0].eq(step), tsecs[0].eq(vec_b), ttags[0].eq(out_ptr)]
+        ttags = [Signal(p.act_bits + 2 * dwp, name=f"ttag{i}", reset_less=True) for i in range(ML)]
+        m.d.sync += [tvs[0].eq(step | extra), tsecs[0].eq(vec_b), ttags[0].eq(tag)]
         for i in range(ML - 1):
             m.d.sync += [tvs[i + 1].eq(tvs[i]), tsecs[i + 1].eq(tsecs[i]), ttags[i + 1].eq(ttags[i])]
         tv, tsec, ttag = tvs[-1], tsecs[-1], ttags[-1]
@@ -334,21 +371,110 @@ class PostEngine(wiring.Component):
         # the ACT compute port: VEC reads in slots 0/1; every result write lands in a slot 2
         assert (ML + PIPE_LATENCY) % 3 == 1, "VEC writes would collide with VEC reads"
         rd_addr = Mux(vec_a, in_ptr[:p.act_bits], b_ptr)
-        m.d.comb += [self.act_we.eq(pipe.out_valid), self.act_wdata.eq(Mux(pipe.out_valid, pipe.y, 0)),
-                     self.act_addr.eq(Mux(pipe.out_valid, pipe.out_tag[:p.act_bits],
-                                          Mux(vec_a | vec_b, rd_addr, 0)))]
+        we, wdata, waddr, stage_busy = pipe.out_valid, pipe.y, pipe.out_tag[:p.act_bits], C(0, 1)
+        if dwp:
+            we, wdata, waddr, stage_busy = self._dw_stage(m, pipe, is_dw, z_out, preg, bias2, mult2, shm2, z2,
+                                                          lo2, hi2)
+        m.d.comb += [self.act_we.eq(we), self.act_wdata.eq(Mux(we, wdata, 0)),
+                     self.act_addr.eq(Mux(we, waddr, Mux(vec_a | vec_b, rd_addr, 0)))]
 
         # ---- DRAIN: idle once the last result is written ----
         wpend = [Signal(name=f"wpend{i}") for i in range(WL)]  # write requests not yet performed
-        m.d.sync += [wpend[i].eq(pipe.out_valid if i == 0 else wpend[i - 1]) for i in range(WL)]
-        pipe_busy = Cat(*tvs, *wpend).any() | pipe.busy
+        m.d.sync += [wpend[i].eq(we if i == 0 else wpend[i - 1]) for i in range(WL)]
+        pipe_busy = Cat(*tvs, *wpend, extra).any() | pipe.busy | stage_busy
         with m.If((state == DRAIN) & ~pipe_busy):
             m.d.sync += state.eq(IDLE)
         m.d.comb += self.busy.eq(((state != IDLE) & (state != DRAIN)) | pipe_busy)
 
         with m.If(capture):
-            m.d.sync += [k.eq(0), is_vec.eq(w_vec), op_max.eq(w_vec & (field(w, vec, "op") == isa.VecOp.MAX)),
+            m.d.sync += [k.eq(0), is_vec.eq(w_vec), is_dw.eq(w_dw),
+                         op_max.eq(w_vec & (field(w, vec, "op") == isa.VecOp.MAX)),
                          pbase.eq(times_const(Mux(w_vec, field(w, vec, "param"), field(w, ppu, "param")), peb))]
         with m.If(self.start):  # last: wins over the DRAIN -> IDLE transition
             m.d.sync += [state.eq(PARAM), run.eq(0)]
+        if dwp:
+            with m.If(capture):
+                m.d.sync += self._pitch.eq(field(w, ppu, "n_inner") + 1)
         return m
+
+    def _dw_stage(self, m, pipe, is_dw, z0, preg, bias2, mult2, shm2, z2, lo2, hi2):
+        """PPU.dw's depthwise stage: the first pipe's lines (pads replaced by z0, entry param's z_out) through a
+        delay line of the 3x3 window (two registers a row, two row buffers of the pitch P = n_inner + 1; a delay
+        reaching before the stream's first position reads z0), the products with the taps (entry param + 2), two
+        adder levels, then a second requantization pipe (entry param + 1) whose results are written to ACT.
+        Returns (write enable, data, address, busy)."""
+        p, n = self.p, self.p.n
+        self._pitch = pitch = Signal(range(p.dw_lines + 2), name="dw_pitch", reset_less=True)
+        m.submodules.pipe2 = pipe2 = PostPipe(n)
+        a = p.act_bits
+        zv = Cat(*[z0] * n)
+        # A: the position's line (a pad is z0), its count in the stream (saturating), its tag
+        v0, va = pipe.out_valid & is_dw, Signal(name="dwA_v")
+        r0 = Signal(8 * n, name="dw_r0", reset_less=True)
+        tag_a = Signal(a + 2, name="dwA_tag", reset_less=True)
+        cmax = 2 * p.dw_lines + 4
+        cnt = Signal(range(cmax + 1), name="dw_cnt")
+        pad = pipe.out_tag[a + 1]
+        m.d.sync += [va.eq(v0), tag_a.eq(pipe.out_tag[:a + 2]), r0.eq(Mux(pad, zv, pipe.y)),
+                     cnt.eq(Mux(va, Mux(cnt == cmax, cmax, cnt + 1), 0))]
+        # the delay line: r0 r1 r2 | row buffer 1 (P back) q0 q1 q2 | row buffer 2 (2P back) s0 s1 s2
+        r1, r2 = (Signal(8 * n, name=f"dw_r{k}", reset_less=True) for k in (1, 2))
+        m.d.sync += [r1.eq(r0), r2.eq(r1)]
+        abits = bits_for(p.dw_lines)
+        wptr = Signal(abits, name="dw_wptr")
+        m.d.sync += wptr.eq(wptr + 1)
+        raddr = Signal(abits, name="dw_raddr")
+        m.d.comb += raddr.eq(wptr - pitch + 2)   # address, RAM, data register: the line written P cycles before
+        rows = [(r0, r1, r2)]
+        src = r0
+        for k in (1, 2):
+            mem = Memory(shape=p.line_bits, depth=1 << abits, init=[], attrs={"no_rw_check": 1})
+            m.submodules[f"dw_buf{k}"] = mem
+            wp, rp = mem.write_port(), mem.read_port()
+            q = [Signal(8 * n, name=f"dw_q{k}_{j}", reset_less=True) for j in range(3)]
+            m.d.comb += [wp.addr.eq(wptr), wp.data.eq(src), wp.en.eq(1), rp.addr.eq(raddr)]
+            m.d.sync += [q[0].eq(rp.data), q[1].eq(q[0]), q[2].eq(q[1])]
+            rows.append(tuple(q))
+            src = q[0]
+        # delay of rows[k][j]: k * P + j; it is in the stream (else z0) once the count reaches it
+        e2 = 2 * p.param_entry_beats * p.beat_bytes
+        taps = [preg[8 * (e2 + t * n):8 * (e2 + (t + 1) * n)] for t in range(9)]
+        # B: the products (tap (ky, kx) at delay (2 - ky) P + 2 - kx)
+        vb, tag_b = Signal(name="dwB_v"), Signal(a + 1, name="dwB_tag", reset_less=True)
+        m.d.sync += [vb.eq(va), tag_b.eq(tag_a[:a + 1])]
+        prods = []
+        for ky in range(3):
+            for kx in range(3):
+                kr, j = 2 - ky, 2 - kx
+                inside = cnt >= kr * pitch + j if kr else (cnt >= j if j else C(1, 1))
+                line = rows[kr][j]
+                for lane in range(n):
+                    x = Mux(inside, line[8 * lane:8 * lane + 8].as_signed(), z0)
+                    pr = Signal(signed(16), name=f"dw_p{ky}{kx}_{lane}", reset_less=True)
+                    m.d.sync += pr.eq(x * taps[3 * ky + kx][8 * lane:8 * lane + 8].as_signed())
+                    prods.append(pr)
+        # C: sums of a kernel row; D: the sum of the three
+        vc, tag_c = Signal(name="dwC_v"), Signal(a + 1, name="dwC_tag", reset_less=True)
+        vd, tag_d = Signal(name="dwD_v"), Signal(a + 1, name="dwD_tag", reset_less=True)
+        m.d.sync += [vc.eq(vb), tag_c.eq(tag_b), vd.eq(vc), tag_d.eq(tag_c)]
+        tot = []
+        for lane in range(n):
+            part = []
+            for ky in range(3):
+                s3 = Signal(signed(18), name=f"dw_s{ky}_{lane}", reset_less=True)
+                m.d.sync += s3.eq(sum(prods[(3 * ky + kx) * n + lane] for kx in range(3)))
+                part.append(s3)
+            t = Signal(signed(20), name=f"dw_t{lane}", reset_less=True)
+            m.d.sync += t.eq(part[0] + part[1] + part[2])
+            t32 = Signal(signed(32), name=f"dw_t32_{lane}")
+            m.d.comb += t32.eq(t)
+            tot.append(t32)
+        assert isa.DW_POST_STAGES == 4, "A, B, C and D above"
+        m.d.comb += [pipe2.in_valid.eq(vd & tag_d[a]), pipe2.in_vec.eq(0), pipe2.in_second.eq(0),
+                     pipe2.in_tag.eq(tag_d[:a]), pipe2.acc_in.eq(Cat(*tot)),
+                     pipe2.op_max.eq(0), pipe2.bias.eq(bias2), pipe2.mult.eq(mult2), pipe2.shm1.eq(shm2),
+                     pipe2.z_out.eq(z2), pipe2.lo.eq(lo2), pipe2.hi.eq(hi2)]
+        we = (pipe.out_valid & ~is_dw) | pipe2.out_valid
+        wdata = Mux(pipe2.out_valid, pipe2.y, pipe.y)
+        waddr = Mux(pipe2.out_valid, pipe2.out_tag[:a], pipe.out_tag[:a])
+        return we, wdata, waddr, Cat(va, vb, vc, vd).any() | pipe2.busy

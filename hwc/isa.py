@@ -172,6 +172,10 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
         F("lag", PPU_MAX_LAG.bit_length(), "tile v2, k > 0: issue once every GEMM but the k most recently "
           "issued ones has completed (the next pixel tile's first k GEMMs may stream meanwhile); ignored by v1",
           default=0),
+        F("dw", 1, "features.dw_post: the requantized tile, padded by one pixel of entry param's z_out, goes "
+          "through a 3x3 depthwise stage (taps: entry param + 2, byte 3*ky + kx of lane l at (3*ky + kx) * N + l) "
+          "requantized with entry param + 1; n_inner + 1 must be DWP_MIN_PITCH .. scratchpad.dw_line_buffer",
+          default=0),
     ),
     Op.VEC: (
         F("op", 2, "VecOp: MAX or ADD"),
@@ -376,6 +380,10 @@ def unpack_param_entry(data: bytes, n: int) -> dict:
 PREDECODE_STAGES = 9
 #: Register stages of the PPU/VEC lane pipeline (hw/post.py).
 POST_PIPE_STAGES = 13
+#: PPU.dw (features.dw_post): register stages of the depthwise stage between the two requantizations (the
+#: window's lines, the products, two adder levels; hw/post.py), and the PARAM entries such a PPU reads.
+DW_POST_STAGES = 4
+DW_POST_ENTRIES = 3
 #: Register stages of the MAC array before its adder tree (hw/mac.py): the x copy that feeds the
 #: multipliers, the products, and the products again; then log2 N adder-tree levels.
 MAC_PIPE_STAGES = 3
@@ -410,7 +418,8 @@ class Timing:
       GEMM     stream_start = max(issue + PRELOAD + GEMM_SETUP, previous stream_end); stream_end = stream_start + P;
                (GEMM.dw9: PRELOAD_DW9)
                idle at stream_end + GEMM_LATENCY
-      PPU      busy PPU_OVERHEAD + P
+      PPU      busy PPU_OVERHEAD + P; PPU.dw: PPU_DW_OVERHEAD + (n_outer + 1) * (n_inner + 1) + 1 (the tile's
+               padded rows streamed at a pitch of n_inner + 1, the pads of two rows sharing a column)
       VEC      busy VEC_OVERHEAD + VEC_CYCLES_PER_LINE * P
       FILL     busy FILL_OVERHEAD + rows * count
     """
@@ -427,10 +436,17 @@ class Timing:
     GEMM_SETUP: int          # 1: the swap waits ML cycles after the first line's read, as the rows do
     GEMM_LATENCY: int        # ML + 1 + MAC_PIPE_STAGES + log2 N + WL: ACT read, x reg, MAC, tree, add, write
     PPU_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 2: PARAM reads, prepare, ACC reads, pipe, write
+    PPU_DW_OVERHEAD: int     # PPU_OVERHEAD + 2 PEB + DW_POST_STAGES + POST_PIPE_STAGES: two more entries, the stage
     VEC_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 1: as the PPU, the last write is in the last frame
     VEC_CYCLES_PER_LINE: int  # read a, read b, write: the single compute ACT port
     FILL_OVERHEAD: int       # 1 + WL: one write request per cycle from issue + 1, performed WL later
     IDLE_LAG: int            # a unit's end (GEMM: stream start) is seen by the issue stage this much later
+
+    def ppu_busy(self, n_outer: int, n_inner: int, dw: int = 0) -> int:
+        """Cycles a PPU keeps its unit busy (PPU.dw: the padded rows at a pitch of n_inner + 1, and the stage)."""
+        if dw:
+            return self.PPU_DW_OVERHEAD + (n_outer + 1) * (n_inner + 1) + 1
+        return self.PPU_OVERHEAD + n_outer * n_inner
 
     @classmethod
     def from_target(cls, target: dict) -> Timing:
@@ -444,6 +460,7 @@ class Timing:
                    PRELOAD_DW9=preload_cycles(n, target["scratchpad"]["wgt_read_rows"], dw9=True),
                    GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
                    PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
+                   PPU_DW_OVERHEAD=3 * peb + 2 * ml + wl + 2 * POST_PIPE_STAGES + DW_POST_STAGES + 2,
                    VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,
                    VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=1 + wl,
                    IDLE_LAG=IDLE_LAG)

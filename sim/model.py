@@ -146,6 +146,7 @@ class TileModel:
         self.depthwise = feats["depthwise"]    # docs/tile-v2.md: GEMM.dw
         self.dw_lines = sp["dw_line_buffer"]   # GEMM.dwp: rows of up to this
         self.dw9 = feats["dw_ninth_tap"]       # GEMM.dw9: a ninth PE per row over rows
+        self.dw_post = feats["dw_post"]        # PPU.dw: a 3x3 depthwise stage after the requantization
         self.reset()
 
     def reset(self) -> None:
@@ -170,7 +171,8 @@ class TileModel:
             bad = bad or bool(f["dwp"] and not (f["dw"] and isa.DWP_MIN_PITCH <= f["n_inner"] <= self.dw_lines))
             bad = bad or bool(f["dw9"] and not (f["dwp"] and self.dw9))
         elif op == Op.PPU:
-            counts, bad = (f["n_outer"], f["n_inner"]), False
+            counts = (f["n_outer"], f["n_inner"])
+            bad = bool(f["dw"] and not (self.dw_post and isa.DWP_MIN_PITCH <= f["n_inner"] + 1 <= self.dw_lines))
         elif op == Op.VEC:
             counts, bad = (f["n_outer"], f["n_inner"]), f["op"] > max(isa.VecOp)
         elif op == Op.FILL:
@@ -204,7 +206,9 @@ class TileModel:
     def _scalars_ok(self, op: int, f: dict) -> bool:
         if op == Op.GEMM:  # (GEMM.dw9 reads the next block's first row too)
             return f["wblk"] + f["dw9"] < self.wgt_blocks
-        if op in (Op.PPU, Op.VEC):
+        if op == Op.PPU:  # (PPU.dw reads three entries)
+            return f["param"] + (isa.DW_POST_ENTRIES - 1 if f["dw"] else 0) < self.param_entries
+        if op == Op.VEC:
             return f["param"] < self.param_entries
         return True
 
@@ -313,7 +317,7 @@ class TileModel:
                 if op == Op.PPU and f["lag"] and self.post_unit:
                     ti = max(ti, older[-f["lag"]] + lag)
                 if op == Op.PPU:
-                    end = ti + t.PPU_OVERHEAD + f["n_outer"] * f["n_inner"]
+                    end = ti + t.ppu_busy(f["n_outer"], f["n_inner"], f["dw"])
                     if data:
                         self._ppu(f)
                 elif op == Op.VEC:
@@ -416,6 +420,17 @@ class TileModel:
         acc = self.acc[_grid(f["acc"], f["n_outer"], f["acc_so"], f["n_inner"], f["acc_si"])]
         shift = np.clip(pe["shift"], arith.SHIFT_MIN, arith.SHIFT_MAX)
         y = arith.requantize(acc + pe["bias"], pe["mult"], shift, pe["z_out"], pe["lo"], pe["hi"])
+        if f["dw"]:  # the 3x3 depthwise stage: the tile padded by one pixel of z_out, then entry param + 1
+            no, ni, n = f["n_outer"], f["n_inner"], self.n
+            yp = np.full((no + 2, ni + 2, n), pe["z_out"], np.int32)
+            yp[1:-1, 1:-1] = y.reshape(no, ni, n)
+            taps = np.frombuffer(self.param[(f["param"] + 2) * self.t.PARAM_ENTRY_BEATS:].tobytes(), np.int8,
+                                 9 * n).reshape(3, 3, n).astype(np.int32)
+            s = sum(taps[ky, kx] * yp[ky:ky + no, kx:kx + ni] for ky in range(3) for kx in range(3))
+            pe = self._entry(f["param"] + 1)
+            shift = np.clip(pe["shift"], arith.SHIFT_MIN, arith.SHIFT_MAX)
+            y = arith.requantize(s.reshape(-1, n) + pe["bias"], pe["mult"], shift, pe["z_out"], pe["lo"],
+                                 pe["hi"])
         _scatter(self.act, _grid(f["out"], f["n_outer"], f["out_so"], f["n_inner"], f["out_si"]), y)
 
     def _vec(self, f: dict) -> None:

@@ -84,4 +84,7 @@ def tile_variant(target: dict[str, Any], wgt_read_rows: int | None = None, dw_li
         doc["scratchpad"]["dw_line_buffer"] = 0
     if not doc["scratchpad"].get("dw_line_buffer") and "dw_ninth_tap" not in features:
         doc["features"]["dw_ninth_tap"] = False   # (it goes with the row buffers)
+    if not (doc["scratchpad"].get("dw_line_buffer") and doc["features"].get("post_unit")) \
+            and "dw_post" not in features:
+        doc["features"]["dw_post"] = False        # (its row buffers are dw_line_buffer lines; it is part of POST)
     return validate_tile(doc, f"{target.get('name')} (variant)")

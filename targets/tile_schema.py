@@ -27,8 +27,10 @@ SCHEMA: dict[str, Any] = {
     "energy_pj": (dict, False),
     # Tile v2 (docs/tile-v2.md): post-processing in its own unit, concurrent with the array;
     # the array's depthwise mode; on 8-column arrays a ninth PE per row for the depthwise
-    # mode over rows (GEMM.dw9). Absent means false (the v1 tile of docs/tile.md).
-    "features": {"post_unit": (bool, False), "depthwise": (bool, False), "dw_ninth_tap": (bool, False)},
+    # mode over rows (GEMM.dw9); a 3x3 depthwise stage in the post-processing (PPU.dw). Absent means false
+    # (the v1 tile of docs/tile.md).
+    "features": {"post_unit": (bool, False), "depthwise": (bool, False), "dw_ninth_tap": (bool, False),
+                 "dw_post": (bool, False)},
 }
 
 #: Largest value of each size the ISA's fields can address (hwc/isa.py).
@@ -107,6 +109,10 @@ def validate_tile(doc: dict, where: str) -> dict:
         if cols != 8:
             raise TargetError(f"Target {where}: features.dw_ninth_tap is for arrays of 8 columns (the ninth PE "
                               f"completes a 3x3 kernel's row-buffer taps), not {cols}.")
+    if doc.get("features", {}).get("dw_post") and not (dwl and doc["features"].get("post_unit")):
+        raise TargetError(f"Target {where}: features.dw_post needs features.post_unit and scratchpad.dw_line_buffer "
+                          f"(the depthwise stage is part of the post-processing unit, and its two row buffers "
+                          f"are dw_line_buffer lines long).")
     if sp["act_lines"] < 4 * rows:
         raise TargetError(f"Target {where}: scratchpad.act_lines {sp['act_lines']} is too small for one "
                           f"block: it needs at least {4 * rows} lines (input, output and padding of one "
@@ -136,14 +142,16 @@ def validate_tile(doc: dict, where: str) -> dict:
 
         energy_table({**doc, "name": where})  # raises TargetError on a bad entry
     out = dict(doc)
-    out["features"] = {"post_unit": False, "depthwise": False, "dw_ninth_tap": False, **doc.get("features", {})}
+    out["features"] = {"post_unit": False, "depthwise": False, "dw_ninth_tap": False, "dw_post": False,
+                       **doc.get("features", {})}
     out["scratchpad"] = {"wgt_read_rows": 1, "dw_line_buffer": 0, **sp}
     out["derived"] = {
         "config_name": f"{rows}x{cols}_i8w8a32_act{sp['act_lines']}_acc{sp['acc_lines']}"
                        f"_wgt{sp['wgt_bank_blocks']}x2" + (f"r{wr}" if wr > 1 else "") + f"_bus{bus['bytes'] * 8}"
                        + "".join(f"_{tag}" for key, tag in (("post_unit", "post"), ("depthwise", "dw"))
                                  if out["features"][key]) + (f"{dwl}" if dwl else "")
-                       + ("_dw9" if out["features"]["dw_ninth_tap"] else ""),
+                       + ("_dw9" if out["features"]["dw_ninth_tap"] else "")
+                       + ("_dwpost" if out["features"]["dw_post"] else ""),
         "macs_per_cycle": rows * cols,
         "act_bytes": sp["act_lines"] * cols,
         "acc_bytes": sp["acc_lines"] * rows * 4,

@@ -52,6 +52,9 @@ class RandomProgram:
         self.post_unit = bool(t["features"].get("post_unit"))
         self.dw_lines = t["scratchpad"].get("dw_line_buffer", 0) if t["features"].get("depthwise") else 0
         self.dw9 = t["features"]["dw_ninth_tap"]
+        self.dw_post = t["features"]["dw_post"]
+        if self.dw_post:   # PPU.dw reads three entries
+            self.PE = 4
         # without the POST unit, PPU/VEC/FILL belong to the compute unit (and Wait.POST means nothing)
         self.unit = {op: (Wait.COMPUTE if u == Wait.POST and not self.post_unit else u) for op, u in UNIT.items()}
         units = (Wait.LOAD, Wait.COMPUTE, Wait.STORE) + ((Wait.POST,) if self.post_unit else ())
@@ -89,7 +92,7 @@ class RandomProgram:
                 rd |= grid("acc", f["acc"], f["n_outer"], f["acc_so"], f["n_inner"] - f["skip"], f["acc_si"])
         elif op == Op.PPU:
             rd |= grid("acc", f["acc"], f["n_outer"], f["acc_so"], f["n_inner"], f["acc_si"])
-            rd |= {("param", f["param"] * self.peb + b) for b in range(self.peb)}
+            rd |= {("param", f["param"] * self.peb + b) for b in range(self.peb * (3 if f["dw"] else 1))}
             wr |= grid("act", f["out"], f["n_outer"], f["out_so"], f["n_inner"], f["out_si"])
         elif op == Op.VEC:
             rd |= grid("act", f["a"], f["n_outer"], f["in_so"], f["n_inner"], f["in_si"])
@@ -159,7 +162,8 @@ class RandomProgram:
     def body_insn(self):
         r, n = self.rng, self.n
         kind = r.choice(["load_act", "load_wgt", "load_param", "gemm", "gemm", "gemm_dw", "gemm_dw", "ppu", "vec",
-                         "fill", "store", "nop"] + (["gemm_dwp", "gemm_dwp"] if self.dw_lines else []))
+                         "fill", "store", "nop"] + (["gemm_dwp", "gemm_dwp"] if self.dw_lines else [])
+                        + (["ppu_dw", "ppu_dw"] if self.dw_post else []))
         no, ni = int(r.integers(1, 4)), int(r.integers(1, 9))
         if kind == "load_act":
             rows, rb = int(r.integers(1, 3)), int(r.integers(1, 9))
@@ -195,6 +199,15 @@ class RandomProgram:
             return self.emit(Op.GEMM, wblk=wblk, act=act, acc=acc, n_outer=no, n_inner=ni,
                              act_so=act_so, act_si=act_si, acc_so=acc_so, acc_si=acc_si,
                              reset=int(r.integers(0, 2)), dw=dw, skip=skip, dwp=dwp, dw9=dw9)
+        if kind == "ppu_dw":   # PPU.dw: a tile of up to 4 rows, a row pitch (n_inner + 1) the row buffers hold
+            no, ni = int(r.integers(1, 5)), int(r.integers(isa.DWP_MIN_PITCH - 1, min(self.dw_lines, 12)))
+            acc, acc_so, acc_si = self._range(self.ACC, no, ni)
+            if acc_so < 0 or acc_si < 0:
+                acc, acc_so, acc_si = int(r.integers(0, self.ACC - ni)), 0, 1
+            out, out_so, out_si = self._out(no, ni, set())
+            return self.emit(Op.PPU, acc=acc, out=out, n_outer=no, n_inner=ni, acc_so=acc_so, acc_si=acc_si,
+                             out_so=out_so, out_si=out_si, param=int(r.integers(0, self.PE - 2)), dw=1,
+                             lag=int(r.integers(1, isa.PPU_MAX_LAG + 1)) if r.random() < 0.5 else 0)
         if kind == "ppu":
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
             if acc_so < 0 or acc_si < 0:
@@ -503,3 +516,55 @@ def test_wide_preload_tiles_equal_model(rtl_wide_preload):
         res, (model, model_dram) = results[name], models[name]
         assert [res["after"][a:a + len(b)] for a, b in wl.expect] == [b for _, b in wl.expect], name
         _check_against_model(res, model, model_dram)
+
+
+#: PPU.dw (features.dw_post): a row pitch (n_inner + 1) outside 4 .. dw_line_buffer, and three entries past the end
+DW_POST_ERRORS = {"err_ppu_dw_short_pitch": (dict(n_inner=isa.DWP_MIN_PITCH - 2), E.BAD_FIELD),
+                  "err_ppu_dw_long_pitch": (dict(n_inner=-1), E.BAD_FIELD),
+                  "err_ppu_dw_param": (dict(param=-2), E.OUT_OF_RANGE)}
+
+
+def dw_post_error_workloads(t: dict) -> list[programs.Workload]:
+    out = []
+    for name, (kw, _) in DW_POST_ERRORS.items():
+        f = {**dict(acc=0, out=0, n_outer=2, n_inner=5, acc_so=5, acc_si=1, out_so=5, out_si=1, param=0, dw=1), **kw}
+        if f["n_inner"] < 0:   # a pitch one line longer than the row buffers
+            f["n_inner"] = t["scratchpad"]["dw_line_buffer"]
+        if f["param"] < 0:     # entries param + 1 and param + 2: the last one is past the end
+            f["param"] = t["scratchpad"]["param_entries"] + f["param"]
+        out.append(bad_workload(t, name, isa.make(Op.PPU, **f)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def rtl_dw_post(tmp_path_factory):
+    t = tile_variant(v2("tile8x8"), dw_post=True)
+    out = tmp_path_factory.mktemp("hw_tile8x8_dwpost")
+    generate(t, out)
+    wls = {w.name: w for w in random_workloads(t, 6, seed=900) + dw_post_error_workloads(t)}
+    models, results = _model_and_rtl(t, out, wls)
+    return t, wls, models, results
+
+
+def test_ppu_dw_equals_model(rtl_dw_post):
+    """features.dw_post (docs/tile-v2.md, "Depthwise in the post-processing"): random programs with PPU.dw among the
+    other v2 instructions, bit-exact with the model's memory image and cycle-exact (issue cycles, busy cycles);
+    the pre-decode's BAD_FIELD and OUT_OF_RANGE cases of PPU.dw as the model's."""
+    t, wls, models, results = rtl_dw_post
+    assert sum(1 for k in range(6) for i in wls[f"rand{k}"].program if i.op == Op.PPU and i.get("dw")) >= 6
+    for name in wls:
+        res, (model, model_dram) = results[name], models[name]
+        if name in DW_POST_ERRORS:
+            assert res["error"] and res["error_code"] == DW_POST_ERRORS[name][1] == model.error, name
+            assert res["cycles"] == model.cycles and [pc for pc, _ in res["issues"]] == [0, 1], name
+        else:
+            _check_against_model(res, model, model_dram)
+
+
+def test_ppu_dw_is_a_bad_field_without_the_feature():
+    """Without features.dw_post a PPU with dw = 1 is a BAD_FIELD error (the model; the RTL's pre-decode is the
+    same rule: hw/fetch.py)."""
+    t = v2("tile8x8")
+    wl = bad_workload(t, "dw_without", isa.make(Op.PPU, acc=0, out=0, n_outer=2, n_inner=5, acc_so=5, acc_si=1,
+                                                 out_so=5, out_si=1, param=0, dw=1))
+    assert TileModel(t).run(None, bytearray(wl.dram), 0).error == E.BAD_FIELD

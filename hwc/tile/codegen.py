@@ -31,6 +31,7 @@ Timing and semantics of every instruction: docs/tile.md; encoding: hwc/isa.py.
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,6 +129,8 @@ class Codegen:
         self.depthwise = feats["depthwise"]   # v2: GEMM.dw
         self.dw_lines = target["scratchpad"]["dw_line_buffer"]  # GEMM.dwp rows
         self.dw9 = feats["dw_ninth_tap"]      # GEMM.dw9: column 8 of a row-buffer GEMM on 8 columns
+        self.dw_post = feats["dw_post"]       # PPU.dw: a 3x3 depthwise stage in the post-processing
+        self.fused_dws: dict[int, ConvLayer] = {}   # conv layer index -> the depthwise layer its PPU.dw computes
         self.tiling = tiling          # v2 pixel-tile policy: "cost" (model), "quarter" or "max"
         self.bus_groups = bus_groups  # weight groups after a bus-bound one grow to the bank (`weighted`)
         self.bus_bound = False        # (set by `weighted`: some group was sized behind a bus-bound one)
@@ -180,6 +183,13 @@ class Codegen:
         return self.plan.tensors[name]
 
     def param(self, bias, mult, shift, z_out: int, lo: int, hi: int) -> int:
+        data = self._entry_bytes(bias, mult, shift, z_out, lo, hi)
+        if data not in self.param_index:
+            self.param_index[data] = len(self.params)
+            self.params.append(data)
+        return self.param_index[data]
+
+    def _entry_bytes(self, bias, mult, shift, z_out: int, lo: int, hi: int) -> bytes:
         n = self.n
 
         def lanes(v, fill):
@@ -188,11 +198,52 @@ class Codegen:
             out[:len(v)] = v
             return out
 
-        data = isa.pack_param_entry(lanes(bias, 0), lanes(mult, 1 << 30), lanes(shift, 1), z_out, lo, hi, n, self.beat)
-        if data not in self.param_index:
-            self.param_index[data] = len(self.params)
-            self.params.append(data)
-        return self.param_index[data]
+        return isa.pack_param_entry(lanes(bias, 0), lanes(mult, 1 << 30), lanes(shift, 1), z_out, lo, hi, n,
+                                    self.beat)
+
+    def param_dw(self, conv: ConvLayer, dw: ConvLayer, lanes: slice) -> int:
+        """PPU.dw's three consecutive PARAM entries for output block `lanes` of `conv` followed by depthwise `dw`:
+        the conv's requantization (its z_out is the depthwise layer's padding), the depthwise layer's, and its
+        taps (byte (3 ky + kx) N + lane)."""
+        n = self.n
+        first = self._entry_bytes(conv.bias[lanes], conv.mult[lanes], conv.shift[lanes], conv.z_out, conv.lo, conv.hi)
+        second = self._entry_bytes(dw.bias[lanes], dw.mult[lanes], dw.shift[lanes], dw.z_out, dw.lo, dw.hi)
+        taps = np.zeros((3, 3, n), np.int8)
+        ch = np.arange(lanes.start, lanes.stop)
+        taps[:, :, :len(ch)] = dw.weight[ch, ch].transpose(1, 2, 0)
+        raw = taps.tobytes()
+        third = raw + bytes(len(first) - len(raw))
+        key = first + second + third
+        if key not in self.param_index:   # (a group of three: its entries are consecutive)
+            self.param_index[key] = len(self.params)
+            self.params += [first, second, third]
+        return self.param_index[key]
+
+    def _fusable_dws(self) -> dict[int, ConvLayer]:
+        """features.dw_post: conv layer index -> the 3x3 depthwise layer right after it that is the only reader of
+        its output; the conv's PPU.dw then computes the depthwise layer from its requantized output (docs/tile-v2.md,
+        "Depthwise in the post-processing"). The conv's output is never stored: one pixel tile per output block
+        (the whole image in a slot of the accumulators), rows within the row buffers, no stacked pixels."""
+        out = {}
+        layers = self.plan.layers
+        readers = Counter(name for layer in layers for name in _reads(layer))
+        for i in range(len(layers) - 1):
+            conv, dw = layers[i], layers[i + 1]
+            if not (isinstance(conv, ConvLayer) and isinstance(dw, ConvLayer) and dw.src == conv.dst
+                    and conv.group == 1 and i not in self.fused_adds and conv.op == "QConv"
+                    and readers[conv.dst] == 1 and conv.dst not in self.plan.outputs):
+                continue
+            mid, dst = self.tensor(conv.dst), self.tensor(dw.dst)
+            m, c, kh, kw = dw.weight.shape
+            if not (dw.op == "QConv" and dw.group == m == c and (kh, kw) == (3, 3) and dw.strides == (1, 1)
+                    and dw.dilations == (1, 1) and tuple(dw.pads) == (1, 1, 1, 1)):
+                continue
+            if mid.s2d != 1 or dst.s2d != 1 or not isa.DWP_MIN_PITCH <= mid.w + 1 <= self.dw_lines \
+                    or mid.h * mid.w > self._acc_cap():
+                continue
+            out[i] = dw
+            mid.pads, mid.fill, mid.tail = [0, 0, 0, 0], None, 0   # (never written: no halo)
+        return out
 
     def last(self) -> Group:
         """The group compute is appended to (instructions keep program order)."""
@@ -341,7 +392,8 @@ class Codegen:
         if wait & Wait.COMPUTE:  # waits for the GEMMs to drain
             start = max(self._clock[0] + t.GEMM_LATENCY, self._clock[1])
             self._clock[0] = start + t.PRELOAD + t.GEMM_SETUP
-        busy = {Op.PPU: t.PPU_OVERHEAD + lines, Op.VEC: t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines}
+        busy = {Op.PPU: t.ppu_busy(fields["n_outer"], fields["n_inner"], fields.get("dw", 0)) if opcode == Op.PPU
+                else 0, Op.VEC: t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines}
         self._clock[1] = start + busy.get(opcode, t.FILL_OVERHEAD + lines) + 1
 
     def _drip_fills(self, g: Group, lines: int, drains: bool = False) -> None:
@@ -466,6 +518,10 @@ class Codegen:
                 first[name] = min(first.get(name, i), i)
         for name in self.plan.outputs:
             last[name] = steps
+        for i, dw in self.fused_dws.items():   # PPU.dw writes the depthwise layer's output during the conv
+            first[dw.dst] = min(first[dw.dst], i)
+        mids = {self.plan.layers[i].dst for i in self.fused_dws}   # (PPU.dw: never written)
+        first = {k: v for k, v in first.items() if k not in mids}
         ivs = [Interval(n, self.tensor(n).lines, first[n], last[n]) for n in first]
         ivs += [Interval(t.name, t.lines, step, step) for t, step in self.temps]
         offsets, how = plan_best(ivs, 1)
@@ -544,16 +600,24 @@ class Codegen:
             rows_per_tile = self._tile_rows(layer, ho, wo, rows_per_tile)
         elif self.post_unit and self.tiling == "quarter":
             rows_per_tile = min(rows_per_tile, max(-(-ho // 4), -(-8 * n // wo)))
+        fdw = self.fused_dws.get(self.layer)   # PPU.dw: one tile, its PPU computes the depthwise layer `fdw`
+        if fdw is not None:
+            rows_per_tile = ho
         needs_in = loads.get(layer.src, ())
         tiles = _tile_list(ho, rows_per_tile)
-        if self.post_unit:
+        if fdw is not None:
+            self._tail = None
+        elif self.post_unit:
             tiles = self._stagger(layer, mode, tiles, self._conv_taps(layer, wpad, 0, mode, dw_mode), dw_cost)
         for cob in range(cbo):
             taps = self._conv_taps(layer, wpad, cob, mode, dw_mode)
             lanes = slice(cob * n, min(m, (cob + 1) * n))
-            entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out, layer.lo,
-                               layer.hi)
-            pieces = self._ppu_pieces(layer, lanes, entry, mode)
+            if fdw is not None:
+                pieces = [(0, wo, self.param_dw(layer, fdw, lanes))]
+            else:
+                entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out, layer.lo,
+                                   layer.hi)
+                pieces = self._ppu_pieces(layer, lanes, entry, mode)
             chunks = [taps[i:i + self.bank_blocks] for i in range(0, len(taps), self.bank_blocks)]
             g = self.weighted([t[3] for t in chunks[0]]) if len(chunks) == 1 else None
             acc = self._acc_base()
@@ -592,13 +656,16 @@ class Codegen:
                     self._later_add[1](g)
                     self._later_add = None
 
-                def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, cob=cob, entry=entry, pieces=pieces):
+                def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, cob=cob, pieces=pieces):
                     # (lag: the GEMMs of the next tile emitted before this PPU, which may stream while it waits)
                     fields = self._ppu_fields(layer, mode, acc, rows)
+                    out = dst if fdw is None else self.tensor(fdw.dst)
+                    if fdw is not None:
+                        fields.update(dw=1, out_so=out.wp)
                     for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
                         f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
-                        self.compute(g, Op.PPU, region=(dst.name, cob, oy0, oy0 + rows),
-                                     out=dst.line(cob, oy0, x0), param=e, lag=lag, **f)
+                        self.compute(g, Op.PPU, region=(out.name, cob, oy0, oy0 + rows),
+                                     out=out.line(cob, oy0, x0), param=e, lag=lag, **f)
                     if self.layer in self.fused_adds:
                         def add(g, oy0=oy0, rows=rows, cob=cob):
                             self.emit_add(self.fused_adds[self.layer], loads, cbs=[cob], rows=(oy0, rows))
@@ -627,7 +694,7 @@ class Codegen:
                         post(g, lag)
                         self.layer, self._halo_pending = now, pending
                     self._later_post = across
-                    self._later_region = (dst.name, cob, oy0, oy0 + rows)
+                    self._later_region = (dst.name if fdw is None else fdw.dst, cob, oy0, oy0 + rows)
                 else:
                     if last and self.post_unit:
                         # channel block 0's output halo runs while the array drains (when this last PPU writes
@@ -641,7 +708,8 @@ class Codegen:
                 acc = self._next_acc()
         # v2: the post-processing of the last pixel tile runs on POST while the next layer's GEMMs start
         oy0, rows = tiles[-1]
-        written = self.fused_adds[self.layer].dst if self.layer in self.fused_adds else dst.name
+        written = self.fused_adds[self.layer].dst if self.layer in self.fused_adds else \
+            dst.name if fdw is None else fdw.dst
         self._tail = ((written, cbo - 1, oy0, oy0 + rows), self._tile_cost(layer, rows)[1])
 
     def _own_fills(self, g: Group) -> None:
@@ -672,7 +740,7 @@ class Codegen:
         only with three accumulator slots (with two, the next layer's first GEMM waits for POST anyway: measured
         slower on DS-CNN tile32x32). ResNet-8 200,348 -> 200,240 cycles on tile8x8, 17,126 -> 16,961 on
         tile32x32; DS-CNN 44,326 -> 44,188 and 5,234 -> 5,021; MobileNet 134,826 -> 134,317 and 26,065 -> 25,496."""
-        nxt = self.layer + 1
+        nxt = self.layer + (2 if self.layer in self.fused_dws else 1)
         return (self.lag_ppu and self.acc_slots == 3 and self.layer not in self.fused_adds
                 and self._halo_pending is None and nxt < len(self.plan.layers)
                 and isinstance(self.plan.layers[nxt], ConvLayer))
@@ -939,8 +1007,11 @@ class Codegen:
                     self._image_lines(layer, r)
                 gemm_tile = ntaps * self._gemm_cycles(lines)
         t = self.timing
-        post_tile = t.PPU_OVERHEAD + p + (t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * p if self.layer in self.fused_adds
-                                           else 0)
+        if self.layer in self.fused_dws:
+            post_tile = t.PPU_DW_OVERHEAD + (r + 1) * (wo + 1) + 1
+        else:
+            post_tile = t.PPU_OVERHEAD + p + (t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * p
+                                               if self.layer in self.fused_adds else 0)
         # each POST instruction issues IDLE_LAG after the previous one ends; the output's halo FILLs (one run per
         # row: a row's right pad and the next one's left pad) share POST with the tile's PPU
         dst = self.tensor(layer.dst)
@@ -1247,6 +1318,7 @@ class Codegen:
         if self.post_unit:
             self._order_for_fusion()
         self.fused_adds = self._fusable_adds() if self.post_unit else {}
+        self.fused_dws = self._fusable_dws() if self.dw_post else {}
         act = self.plan_act()
         # LOAD ids: -1 and -2 the params (two parts), (input, chunk) a model input's rows in chunks (so that
         # the first layer starts on the first rows while the next ones load), 1000 + k weight group k.
@@ -1266,8 +1338,12 @@ class Codegen:
             self.flush_fills(before=i - 1)
             self.layer = i
             start_group = len(self.groups)
+            if (i - 1) in self.fused_dws:   # computed by the layer before's PPU.dw
+                layer_records.append({"name": layer.name, "op": layer.op, "macs": 0, "fused_into":
+                                      plan.layers[i - 1].name, "groups": [start_group, start_group]})
+                continue
             if self.post_unit and isinstance(layer, (ConvLayer, GapLayer)):
-                self._halo_pending = [self.tensor(layer.dst)]
+                self._halo_pending = [self.tensor(layer.dst if i not in self.fused_dws else self.fused_dws[i].dst)]
                 if i in self.fused_adds:
                     self._halo_pending.append(self.tensor(self.fused_adds[i].dst))
             elif not (isinstance(layer, AddLayer) and (i - 1) in self.fused_adds):
@@ -1284,8 +1360,10 @@ class Codegen:
                     self.emit_add(layer, loads)
             elif isinstance(layer, MaxPoolLayer):
                 self.emit_maxpool(layer, loads, temps)
-            layer_records.append({"name": layer.name, "op": layer.op, "macs": layer.macs,
-                                  "groups": [start_group, len(self.groups)]})
+            rec = {"name": layer.name, "op": layer.op, "macs": layer.macs, "groups": [start_group, len(self.groups)]}
+            if i in self.fused_dws:   # (its PPU.dw computes the depthwise layer after it: its MACs too)
+                rec.update(macs=layer.macs + self.fused_dws[i].macs, dw_post=self.fused_dws[i].name)
+            layer_records.append(rec)
         self.flush_fills()
         self.layer = -1
         self._finals = (act, layer_records)
@@ -1401,8 +1479,8 @@ class Codegen:
         # (the first weighted group's entries; all of them when it has no PPU, e.g. its PPU lags into the next
         # group: limiting the part to the next group's entries measured slower on DS-CNN and the FC autoencoder)
         first_w = next((k for k, g in enumerate(self.groups) if g.blocks), len(self.groups))
-        head = 1 + max((e.insn_args[1]["param"] for g in self.groups[:first_w + 1] for e in g.compute
-                        if e.insn_args[0] in (Op.PPU, Op.VEC)), default=len(self.params) - 1)
+        head = 1 + max((e.insn_args[1]["param"] + _dw_entries(e.insn_args[1]) for g in self.groups[:first_w + 1]
+                        for e in g.compute if e.insn_args[0] in (Op.PPU, Op.VEC)), default=len(self.params) - 1)
         # the params after the first group's, in parts of at least PARAM_PART_BEATS (deferred, one at a time)
         step = max(1, -(-PARAM_PART_BEATS // self.peb))
         bounds = [0, head] + list(range(head + step, len(self.params), step)) + [len(self.params)]
@@ -1488,7 +1566,8 @@ class Codegen:
                 for p in pending:
                     p[2] -= self._gemm_cycles(lines)
             elif e.writes is not None:
-                busy = {Op.PPU: t_.PPU_OVERHEAD + lines, Op.VEC: t_.VEC_OVERHEAD + t_.VEC_CYCLES_PER_LINE * lines}
+                busy = {Op.PPU: t_.ppu_busy(fields["n_outer"], fields["n_inner"], fields.get("dw", 0))
+                        if op == Op.PPU else 0, Op.VEC: t_.VEC_OVERHEAD + t_.VEC_CYCLES_PER_LINE * lines}
                 for p in pending:  # a STORE behind this POST instruction waits for it too
                     p[2] += busy.get(op, t_.FILL_OVERHEAD + lines) + t_.IDLE_LAG
                 pending.extend([*d, busy.get(op, t_.FILL_OVERHEAD + lines) + t_.IDLE_LAG]
@@ -1519,7 +1598,7 @@ class Codegen:
                 op, fields = e.insn_args
                 needs = set(e.needs | extra.get(id(e), frozenset()))
                 if op in (Op.PPU, Op.VEC):
-                    needs.add(-1 - part_of.get(fields.get("param", 0), 0))
+                    needs |= {-1 - part_of.get(fields.get("param", 0) + k, 0) for k in range(1 + _dw_entries(fields))}
                 if is_w and op == Op.GEMM and not (pieces and g is weighted[0]):
                     needs.add(wid[id(g)])
                 fields = dict(fields)
@@ -1569,6 +1648,11 @@ class Codegen:
             rec["insns"] = span.get(k, [0, 0])
             del rec["groups"]
         return TileProgram(prog, dram, regions, inputs, outputs, io_off, act, layer_records, insn_layer)
+
+
+def _dw_entries(fields: dict) -> int:
+    """The PARAM entries a PPU reads after its first (PPU.dw: two more)."""
+    return isa.DW_POST_ENTRIES - 1 if fields.get("dw") else 0
 
 
 def _needs_first(rest: list, chunk, part: int, part_of: dict, extra: dict) -> bool:

@@ -1000,3 +1000,48 @@ def test_bus_bound_weight_groups_grow(target):
     assert max(few) < max(grown) <= bank
     assert fast < slow, runs
     assert check_exact(g, t).report["schedule"][0]["bus_groups"] is True
+
+
+@pytest.mark.parametrize("target,c,m,h,w,layers", [
+    ("tile8x8", 8, 16, 5, 5, 1), ("tile8x8", 24, 24, 5, 5, 2), ("tile8x8", 3, 20, 7, 3, 1),
+    ("tile32x32", 16, 64, 25, 5, 2), ("tile32x32", 32, 40, 6, 6, 1)])
+def test_depthwise_in_the_post_processing(target, c, m, h, w, layers):
+    """features.dw_post: a convolution followed by a 3x3 stride-1 depthwise layer (its only reader) runs as one
+    layer, whose PPU.dw computes the depthwise layer from the requantized output (docs/tile-v2.md, "Depthwise in
+    the post-processing"): exact against the int8 reference, one PPU.dw per output block and layer, no depthwise
+    GEMM, and fewer cycles than the same target without the stage (the depthwise layers on the array)."""
+    from hwc import isa
+
+    b = QBuilder(seed=c + m + h)
+    y = b.input("x", (1, c, h, w), zp=3)
+    for k in range(layers):
+        y = b.conv(y, m, k=1, relu=True)
+        y = b.conv(y, m, k=3, pads=[1, 1, 1, 1], group=m, relu=k % 2 == 0)
+    g = b.output(y)
+    with_stage = tile_variant(TARGETS[target], dw_post=True)
+    art = check_exact(g, with_stage)
+    prog = isa.from_bytes(art.program)
+    n = with_stage["array"]["rows"]
+    assert sum(1 for i in prog if i.op == isa.Op.PPU and i.get("dw")) == layers * -(-m // n)
+    assert not any(i.get("dw") for i in prog if i.op == isa.Op.GEMM)
+    assert art.report["macs"] == sum(layer["macs"] for layer in art.report["layers"]), "the fused layers' MACs"
+    without = check_exact(g, TARGETS[target])
+    assert art.report["cycles"] < without.report["cycles"]
+
+
+def test_depthwise_in_the_post_processing_needs_its_pairs():
+    """PPU.dw only where it is exact: not for a stride-2 depthwise layer, a 5x5 one, or a convolution whose
+    output has a second reader (it must then be stored); the target feature needs the row buffers."""
+    from hwc import isa
+
+    t = tile_variant(TARGETS["tile8x8"], dw_post=True)
+    for stride, k, second in ((2, 3, False), (1, 5, False), (1, 3, True)):
+        b = QBuilder(seed=k)
+        x = b.input("x", (1, 8, 6, 6), zp=3)
+        y = b.conv(x, 8, k=1, relu=True)
+        d = b.conv(y, 8, k=k, stride=stride, pads=[k // 2] * 4, group=8, relu=True)
+        g = b.output(d, y) if second else b.output(d)
+        prog = isa.from_bytes(check_exact(g, t).program)
+        assert not any(i.get("dw") for i in prog if i.op == isa.Op.PPU)
+    with pytest.raises(TargetError, match="dw_post"):
+        tile_variant(TARGETS["tile8x8"], dw_post=True, post_unit=False)
