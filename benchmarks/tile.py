@@ -7,6 +7,7 @@ BENCHMARKS.md).
     python benchmarks/tile.py --quick    # resnet8 on tile8x8 only
     python benchmarks/tile.py --v1       # the v1 tile (docs/tile.md) instead of the bundled v2
     python benchmarks/tile.py --wgt-read-rows 1   # the bundled targets with a one-row weight preload
+    python benchmarks/tile.py --targets tile32x32 --models ds_cnn   # some rows only
 """
 
 from __future__ import annotations
@@ -105,9 +106,15 @@ def main(argv=None) -> None:
     ap.add_argument("--v1", action="store_true", help="the v1 tile (docs/tile.md): the v2 features off")
     ap.add_argument("--wgt-read-rows", type=int, default=None,
                     help="override the targets' scratchpad.wgt_read_rows (weight rows preloaded per cycle)")
+    ap.add_argument("--targets", nargs="+", default=None, help="only these targets")
+    ap.add_argument("--models", nargs="+", default=None, help="only these rows (model names as in the table)")
     args = ap.parse_args(argv)
     targets = ["tile8x8"] if args.quick else ["tile8x8", "tile32x32"]
     cases = CASES[:1] if args.quick else CASES
+    if args.targets:
+        targets = args.targets
+    if args.models:
+        cases = [c for c in cases if c[0] in args.models]
     print("| model | target | MACs | cycles | MAC util. | weight loads hidden "
           "| no double-buffering: cycles (util., hidden) | no stacking: cycles (util.) | build s | model run s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -481,8 +481,11 @@ def rtl32(tmp_path_factory):
 
 
 def test_v2_tile32x32_equals_model(rtl32):
-    """The v2 tile32x32: random programs (depthwise rows longer than N included) and the BAD_FIELD cases."""
+    """The v2 tile32x32: random programs (depthwise rows longer than N included, and PPU.dw: the bundled tile32x32
+    has the depthwise stage in the post-processing) and the BAD_FIELD cases."""
     t, wls, models, results = rtl32
+    assert t["features"]["dw_post"] and any(i.op == Op.PPU and i.get("dw") for k in range(3)
+                                            for i in wls[f"rand{k}"].program)
     assert any(i.op == Op.GEMM and i.get("dw") and i.get("n_inner") > t["array"]["rows"]
                for k in range(3) for i in wls[f"rand{k}"].program)
     for name, wl in wls.items():
