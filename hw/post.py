@@ -273,7 +273,11 @@ class PostEngine(wiring.Component):
 
         # ---- PARAM entry: PEB reads, data one cycle later ----
         nbeats = Mux(is_dw, nent * peb, peb) if dwp else peb
-        pread = (state == PARAM) & (k < nbeats)
+        # (PPU.dw: entries param + 1 and param + 2 are read on while the PPU streams. The last tap byte lands
+        # 2 PEB - 1 cycles into the stream; the first window with an output (stream position P + 2, P >= 4) reaches
+        # the products P + 2 + ML + PIPE_LATENCY + 1 cycles in, and the second pipe's parameters are used later)
+        assert not dwp or 2 * peb - 1 <= isa.DWP_MIN_PITCH + 2 + ML + PIPE_LATENCY + 1, "taps would land late"
+        pread = ((state != IDLE) if dwp else (state == PARAM)) & (k < nbeats)
         m.d.comb += self.param_addr.eq(Mux(pread, pbase + k, 0))
         with m.If(pread):
             m.d.sync += k.eq(k + 1)
@@ -286,7 +290,7 @@ class PostEngine(wiring.Component):
             for b in range(nent * peb):
                 with m.If(pidx[-1] == b):
                     m.d.sync += preg[b * p.beat_bits:(b + 1) * p.beat_bits].eq(self.param_data)
-        last_beat = (state == PARAM) & pvalid[-1] & (pidx[-1] == nbeats - 1)   # the last beat lands now
+        last_beat = (state == PARAM) & pvalid[-1] & (pidx[-1] == peb - 1)   # entry param's last beat lands now
         with m.If(last_beat):
             m.d.sync += state.eq(PREP)
 
@@ -323,9 +327,12 @@ class PostEngine(wiring.Component):
             z2, lo2, hi2 = (byte(e1 + 9 * n + i).as_signed() for i in range(3))
             shm2 = Signal(6 * n, reset_less=True)
             sh_sel2 = Signal(8 * n, reset_less=True)
-            with m.If(last_beat):
+            landed2 = Signal()   # entry param + 1's last beat landed a cycle ago
+            last2 = pvalid[-1] & (pidx[-1] == 2 * peb - 1)
+            m.d.sync += landed2.eq(last2)
+            with m.If(last2):
                 m.d.sync += [sh_sel2[8 * lane:8 * lane + 8].eq(byte(e1 + 8 * n + lane)) for lane in range(n)]
-            with m.If(state == PREP):
+            with m.If(landed2):
                 m.d.sync += [shm2[6 * lane:6 * lane + 6].eq(clamp_sh(sh_sel2[8 * lane:8 * lane + 8]) - 1)
                              for lane in range(n)]
 

@@ -436,7 +436,8 @@ class Timing:
     GEMM_SETUP: int          # 1: the swap waits ML cycles after the first line's read, as the rows do
     GEMM_LATENCY: int        # ML + 1 + MAC_PIPE_STAGES + log2 N + WL: ACT read, x reg, MAC, tree, add, write
     PPU_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 2: PARAM reads, prepare, ACC reads, pipe, write
-    PPU_DW_OVERHEAD: int     # PPU_OVERHEAD + 2 PEB + DW_POST_STAGES + POST_PIPE_STAGES: two more entries, the stage
+    PPU_DW_OVERHEAD: int     # PPU_OVERHEAD + DW_POST_STAGES + POST_PIPE_STAGES: the stage and its second pipe (the
+                             # two more entries are read while the PPU streams)
     VEC_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 1: as the PPU, the last write is in the last frame
     VEC_CYCLES_PER_LINE: int  # read a, read b, write: the single compute ACT port
     FILL_OVERHEAD: int       # 1 + WL: one write request per cycle from issue + 1, performed WL later
@@ -460,7 +461,7 @@ class Timing:
                    PRELOAD_DW9=preload_cycles(n, target["scratchpad"]["wgt_read_rows"], dw9=True),
                    GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
                    PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
-                   PPU_DW_OVERHEAD=3 * peb + 2 * ml + wl + 2 * POST_PIPE_STAGES + DW_POST_STAGES + 2,
+                   PPU_DW_OVERHEAD=peb + 2 * ml + wl + 2 * POST_PIPE_STAGES + DW_POST_STAGES + 2,
                    VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,
                    VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=1 + wl,
                    IDLE_LAG=IDLE_LAG)

@@ -470,14 +470,21 @@ def test_one_feature_tiles_equal_model(rtl_one_feature):
         assert res["unit_busy"] == [model.busy[u] for u in units], name
 
 
+def _generated_and_run(tmp_path_factory, t: dict, tag: str, workload_list) -> tuple:
+    """tile.v of target t generated into a new folder, the workloads through the model and the RTL:
+    (t, workloads by name, model results, RTL results)."""
+    out = tmp_path_factory.mktemp(tag)
+    generate(t, out)
+    wls = {w.name: w for w in workload_list}
+    models, results = _model_and_rtl(t, out, wls)
+    return t, wls, models, results
+
+
 @pytest.fixture(scope="module")
 def rtl32(tmp_path_factory):
     t = v2("tile32x32")
-    out = tmp_path_factory.mktemp("hw_tile32x32_v2")
-    generate(t, out)
-    wls = {w.name: w for w in random_workloads(t, 3, seed=500) + v2_error_workloads(t)}
-    models, results = _model_and_rtl(t, out, wls)
-    return t, wls, models, results
+    return _generated_and_run(tmp_path_factory, t, "hw_tile32x32_v2",
+                              random_workloads(t, 3, seed=500) + v2_error_workloads(t))
 
 
 def test_v2_tile32x32_equals_model(rtl32):
@@ -503,11 +510,8 @@ def rtl_wide_preload(request, tmp_path_factory):
     """scratchpad.wgt_read_rows: the preload reads R weight rows a cycle (R memories per WGT bank), a block in
     N / R cycles; R = N loads a whole block in one cycle."""
     t = tile_variant(v2("tile8x8"), wgt_read_rows=request.param)
-    out = tmp_path_factory.mktemp(f"hw_tile8x8_r{request.param}")
-    generate(t, out)
-    wls = {w.name: w for w in fixed_workloads(t) + random_workloads(t, 4, seed=700 + request.param)}
-    models, results = _model_and_rtl(t, out, wls)
-    return t, wls, models, results
+    return _generated_and_run(tmp_path_factory, t, f"hw_tile8x8_r{request.param}",
+                              fixed_workloads(t) + random_workloads(t, 4, seed=700 + request.param))
 
 
 def test_wide_preload_tiles_equal_model(rtl_wide_preload):
@@ -542,11 +546,8 @@ def dw_post_error_workloads(t: dict) -> list[programs.Workload]:
 @pytest.fixture(scope="module")
 def rtl_dw_post(tmp_path_factory):
     t = tile_variant(v2("tile8x8"), dw_post=True)
-    out = tmp_path_factory.mktemp("hw_tile8x8_dwpost")
-    generate(t, out)
-    wls = {w.name: w for w in random_workloads(t, 6, seed=900) + dw_post_error_workloads(t)}
-    models, results = _model_and_rtl(t, out, wls)
-    return t, wls, models, results
+    return _generated_and_run(tmp_path_factory, t, "hw_tile8x8_dwpost",
+                              random_workloads(t, 6, seed=900) + dw_post_error_workloads(t))
 
 
 def test_ppu_dw_equals_model(rtl_dw_post):

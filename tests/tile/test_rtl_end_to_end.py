@@ -329,3 +329,27 @@ def test_im2row_first_layer_through_the_rtl():
     assert art.report["schedule"][0]["im2col"] == "rows" and art.report["schedule"][0]["shift"]
     feeds = {"x": np.random.default_rng(9).integers(-128, 128, (1, 1, 13, 12)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
+
+
+def test_depthwise_in_the_post_processing_through_the_rtl():
+    """PPU.dw (features.dw_post) in a compiled CNN: a convolution, the 3x3 depthwise layer its PPU computes, another
+    pair, and a convolution reading that, on tile8x8 with the stage, through the generated tile.v: RTL == model ==
+    int8 reference, equal cycles."""
+    from hwc.targets import load_target, tile_variant
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.tile.build import build_tile
+
+    target = tile_variant(load_target("tile8x8"), dw_post=True)
+    b = QBuilder(seed=41)
+    y = b.input("x", (1, 5, 7, 6), zp=-4)
+    for m in (16, 12):
+        y = b.conv(b.conv(y, m, k=1, relu=True), m, k=3, pads=[1, 1, 1, 1], group=m, relu=m == 16)
+    g = b.output(b.conv(y, 8, k=3, stride=2))
+    verify(g)
+    art = build_tile(g, target, hdl=True)
+    assert sum(1 for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")) == 2 + 2
+    feeds = {"x": np.random.default_rng(6).integers(-128, 128, (1, 5, 7, 6)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)

@@ -1032,6 +1032,29 @@ def test_depthwise_in_the_post_processing(target, c, m, h, w, layers):
     assert art.report["cycles"] < without.report["cycles"]
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.fixed_dictionaries({
+    "c": st.integers(1, 40), "m": st.integers(1, 70), "h": st.integers(1, 12), "w": st.integers(3, 14),
+    "k": st.sampled_from([1, 3]), "relu": st.booleans(), "zp": st.integers(-30, 30),
+    "target": st.sampled_from(["tile8x8", "tile32x32"])}))
+def test_depthwise_in_the_post_processing_any_shape(case):
+    """PPU.dw on shapes hypothesis picks: a convolution (1x1 or 3x3, any channel counts, channel counts not
+    multiples of N), then a 3x3 depthwise layer and a convolution that reads it: exact against the int8
+    reference, and fused wherever the rules of `Codegen._fusable_dws` hold (the pitch w + 1 within 4 .. the row
+    buffers, the image in an accumulator slot, no stacked tensor)."""
+    from hwc import isa
+
+    b = QBuilder(seed=case["c"] * 1000 + case["m"] * 10 + case["h"])
+    x = b.input("x", (1, case["c"], case["h"], case["w"]), zp=case["zp"])
+    y = b.conv(x, case["m"], k=case["k"], relu=case["relu"])
+    d = b.conv(y, case["m"], k=3, pads=[1, 1, 1, 1], group=case["m"], relu=not case["relu"])
+    g = b.output(b.conv(d, 5, k=1))
+    art = check_exact(g, tile_variant(TARGETS[case["target"]], dw_post=True))
+    fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
+    if fused:
+        assert all(i.get("n_outer") == case["h"] and i.get("n_inner") == case["w"] for i in fused)
+
+
 def test_depthwise_in_the_post_processing_needs_its_pairs():
     """PPU.dw only where it is exact: not for a stride-2 depthwise layer, a 5x5 one, or a convolution whose
     output has a second reader (it must then be stored); the target feature needs the row buffers."""
