@@ -13,7 +13,10 @@ instruction (docs/tile.md gives each instruction's accesses):
   (the preload), P ACT lines read, P ACC lines read and written (read-modify-write, also
   with reset: the hardware reads and adds 0).
 - PPU: per lane of its P lines, 1 int32 mult and 3 int32 adds (bias, rounding, zero point);
-  on chip, one PARAM entry read, P ACC lines read, P ACT lines written.
+  on chip, one PARAM entry read, P ACC lines read, P ACT lines written. PPU.dw (features.dw_post) over its
+  Q = (n_outer + 1)(n_inner + 1) + 1 stream positions: the first requantization per position, per lane 9 int8
+  MACs (the depthwise stage), the second requantization per output, 3 PARAM entries, P ACC lines read, the
+  two row buffers written and read once per position, P ACT lines written.
 - VEC: ADD per lane 2 int32 mults and 5 int32 adds; MAX per lane 1 int8 compare (an 8-bit
   add); on chip, one PARAM entry read, 2P ACT lines read, P written.
 - FILL: on chip, `count` ACT lines written.
@@ -53,6 +56,8 @@ EVENTS: dict[str, tuple[str, str]] = {
     "acc_write_bytes": ("onchip", "sram_write_byte"),
     "param_read_bytes": ("onchip", "sram_read_byte"),
     "param_write_bytes": ("onchip", "sram_write_byte"),
+    "rowbuf_read_bytes": ("onchip", "sram_read_byte"),     # PPU.dw's row buffers
+    "rowbuf_write_bytes": ("onchip", "sram_write_byte"),
     "dram_act_read_bytes": ("offchip", "dram_byte"),
     "dram_wgt_read_bytes": ("offchip", "dram_byte"),
     "dram_param_read_bytes": ("offchip", "dram_byte"),
@@ -119,6 +124,12 @@ def insn_events(insn: isa.Insn, n: int, beat: int, peb: int) -> dict:
         p = insn.n_outer * insn.n_inner
         ev.update(mac_int8=p * n * n, add_int32=p * n, wgt_read_bytes=n * n, act_read_bytes=p * n,
                   acc_read_bytes=4 * p * n, acc_write_bytes=4 * p * n)
+    elif op == isa.Op.PPU and insn.get("dw"):
+        p = insn.n_outer * insn.n_inner
+        q = (insn.n_outer + 1) * (insn.n_inner + 1) + 1
+        ev.update(mult_int32=(q + p) * n, add_int32=3 * (q + p) * n, mac_int8=9 * q * n,
+                  param_read_bytes=isa.DW_POST_ENTRIES * peb * beat, acc_read_bytes=4 * p * n,
+                  rowbuf_read_bytes=2 * q * n, rowbuf_write_bytes=2 * q * n, act_write_bytes=p * n)
     elif op == isa.Op.PPU:
         p = insn.n_outer * insn.n_inner
         ev.update(mult_int32=p * n, add_int32=3 * p * n, param_read_bytes=peb * beat, acc_read_bytes=4 * p * n,

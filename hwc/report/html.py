@@ -207,7 +207,8 @@ def _layer_table(p: _Page) -> None:
         rows.append(host_row(i, h))
     for i, entry in enumerate(layers):
         n += 1
-        cells = [f"<td class=num>{n}</td>", f"<td>{_esc(entry['name'])}</td>", f"<td>{_esc(entry['op'])}</td>",
+        name = entry["name"] + (f" + {entry['dw_post']} (in its PPU)" if entry.get("dw_post") else "")
+        cells = [f"<td class=num>{n}</td>", f"<td>{_esc(name)}</td>", f"<td>{_esc(entry['op'])}</td>",
                  f"<td>{_esc(entry.get('where', ''))}</td>",
                  f"<td>{_esc(', '.join(_shape(s) for s in entry.get('in_shapes', [])))}</td>",
                  f"<td>{_esc(_shape(entry.get('out_shape', [])))}</td>", p.num(f"layers/{i}/macs")]

@@ -98,7 +98,8 @@ def layers(rep: dict) -> Table | None:
         host_row(h)
     for entry in rows:
         n += 1
-        cells = [str(n), entry["name"], entry["op"], entry.get("where", ""),
+        name = entry["name"] + (f" + {entry['dw_post']} (in its PPU)" if entry.get("dw_post") else "")
+        cells = [str(n), name, entry["op"], entry.get("where", ""),
                  ", ".join(_shape(s) for s in entry.get("in_shapes", [])), _shape(entry.get("out_shape", [])),
                  f"{entry.get('macs', 0):,}"]
         if tile:

@@ -28,7 +28,8 @@ def layer_table(report: dict, title: str) -> Table:
     for col in ("layer", "op", "where", "MACs", "cycles", "utilization"):
         t.add_column(col, justify="left" if col in ("layer", "op", "where") else "right")
     for layer in report["layers"]:
-        t.add_row(layer["name"], layer["op"], layer["where"], f"{layer['macs']:,}", f"{layer['cycles']:,}",
+        name = layer["name"] + (f" + {layer['dw_post']} (in its PPU)" if layer.get("dw_post") else "")
+        t.add_row(name, layer["op"], layer["where"], f"{layer['macs']:,}", f"{layer['cycles']:,}",
                   f"{layer['utilization']:.1%}")
     return t
 

@@ -66,7 +66,7 @@ def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
             "array_lines": int(lines),
             "array_busy": int(lines) / cycles,
             "instructions": int(len(idx)),
-        })
+        } | ({"dw_post": rec["dw_post"]} if "dw_post" in rec else {}))
     macs = sum(layer.macs for layer in plan.layers)
     cycles = int(res.cycles)
     return {
