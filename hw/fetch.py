@@ -66,6 +66,10 @@ def _ranges(w, p: TileParams, ni_dw=None) -> dict:
     load_limit = Mux(mem == isa.Mem.ACT, p.act_lines, Mux(mem == isa.Mem.WGT, p.wgt_rows, p.param_beats))
     rows = {o: (f(o, "rows"), f(o, "row_beats")) for o in (O.LOAD, O.STORE)}
     loops = {o: (f(o, "n_outer"), f(o, "n_inner")) for o in (O.GEMM, O.PPU, O.VEC)}
+    out_dims = loops[O.PPU]
+    if p.dw_post:   # PPU.dw with stride 2 writes every other row and column (isa.ppu_out_dims)
+        dws = f(O.PPU, "dws")
+        out_dims = tuple(Mux(dws[1], (v + 1 - dws[0]) >> 1, v) for v in loops[O.PPU])
     return {
         O.LOAD: [(f(O.LOAD, "dram"), rows[O.LOAD][0], f(O.LOAD, "dram_stride"), rows[O.LOAD][1], one, ext),
                  (f(O.LOAD, "sram"), rows[O.LOAD][0], f(O.LOAD, "sram_stride"), rows[O.LOAD][1], one, load_limit)],
@@ -80,7 +84,7 @@ def _ranges(w, p: TileParams, ni_dw=None) -> dict:
                   f(O.GEMM, "acc_si"), p.acc_lines)],
         O.PPU: [(f(O.PPU, "acc"), loops[O.PPU][0], f(O.PPU, "acc_so"), loops[O.PPU][1], f(O.PPU, "acc_si"),
                  p.acc_lines),
-                (f(O.PPU, "out"), loops[O.PPU][0], f(O.PPU, "out_so"), loops[O.PPU][1], f(O.PPU, "out_si"),
+                (f(O.PPU, "out"), out_dims[0], f(O.PPU, "out_so"), out_dims[1], f(O.PPU, "out_si"),
                  p.act_lines)],
         O.VEC: [(f(O.VEC, "a"), loops[O.VEC][0], f(O.VEC, "in_so"), loops[O.VEC][1], f(O.VEC, "in_si"), p.act_lines),
                 (f(O.VEC, "b"), loops[O.VEC][0], f(O.VEC, "in_so"), loops[O.VEC][1], f(O.VEC, "in_si"), p.act_lines),
@@ -122,8 +126,9 @@ def _flags(w, p: TileParams, ni_dw=None) -> dict:
                  (f(O.GEMM, "wblk") >= p.wgt_blocks) | (f(O.GEMM, "dw9") & (f(O.GEMM, "wblk") == p.wgt_blocks - 1))),
         # PPU.dw (features.dw_post): a row pitch (n_inner + 1) the row buffers hold; it reads three PARAM entries
         O.PPU: ((zero(O.PPU, "n_outer", "n_inner") | (f(O.PPU, "dw") & ((f(O.PPU, "n_inner") + 1 < isa.DWP_MIN_PITCH)
-                                                                       | (f(O.PPU, "n_inner") + 1 > p.dw_lines))))
-                 if p.dw_post else zero(O.PPU, "n_outer", "n_inner") | f(O.PPU, "dw"),
+                                                                       | (f(O.PPU, "n_inner") + 1 > p.dw_lines)))
+                  | (f(O.PPU, "dws").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dws") == 1))))
+                 if p.dw_post else zero(O.PPU, "n_outer", "n_inner") | f(O.PPU, "dw") | f(O.PPU, "dws").any(),
                  f(O.PPU, "param") + (f(O.PPU, "dw") << 1 if p.dw_post else 0) >= p.param_entries),
         O.VEC: (zero(O.VEC, "n_outer", "n_inner") | (f(O.VEC, "op") > max(isa.VecOp)),
                 f(O.VEC, "param") >= p.param_entries),

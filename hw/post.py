@@ -356,8 +356,20 @@ class PostEngine(wiring.Component):
             # of output (i - 2, n_inner - 1) for j = 0. The outputs come in row-major order: their own loop.
             pad = Mux(extra, 1, loop.last_i | (loop.j == 0))
             outv = Mux(extra, 1, ((loop.i != 0) & (loop.j >= 2)) | ((loop.i >= 2) & (loop.j == 0)))
+            # PPU.dws (stride 2): only the stride-1 outputs (y, x) with y and x of the phase dws[0]; the parity of
+            # y (i - 1, i - 2, or n_outer - 1 for the last position) and of x (j - 2, or n_inner - 1)
+            dws, no_odd, ni_odd = Signal(2), Signal(), Signal()   # (n - 1) & 1 of the tile's counts
+            with m.If(capture):
+                m.d.sync += [dws.eq(field(w, ppu, "dws")), no_odd.eq(~field(w, ppu, "n_outer")[0]),
+                             ni_odd.eq(~field(w, ppu, "n_inner")[0])]
+            ypar = Mux(extra, no_odd, Mux(loop.j == 0, loop.i[0], ~loop.i[0]))
+            xpar = Mux(extra | (loop.j == 0), ni_odd, loop.j[0])
+            outv = outv & (~dws[1] | ((ypar == dws[0]) & (xpar == dws[0])))
+            w_dws = field(w, ppu, "dws")
+            odims = [Mux(w_dws[1], (field(w, ppu, k) + 1 - w_dws[0]) >> 1, field(w, ppu, k))
+                     for k in ("n_outer", "n_inner")]
             oloop = loop2d(m, "dwo", load=capture, step=is_dw & (step | extra) & outv,
-                           n_outer=field(w, ppu, "n_outer"), n_inner=field(w, ppu, "n_inner"),
+                           n_outer=odims[0], n_inner=odims[1],
                            streams=[(field(w, ppu, "out"), field(w, ppu, "out_so"), field(w, ppu, "out_si"),
                                      p.act_bits)])
             tag = Mux(is_dw, Cat(oloop.ptrs[0], outv, pad), out_ptr)
@@ -477,11 +489,17 @@ class PostEngine(wiring.Component):
             m.d.comb += t32.eq(t)
             tot.append(t32)
         assert isa.DW_POST_STAGES == 4, "A, B, C and D above"
-        m.d.comb += [pipe2.in_valid.eq(vd & tag_d[a]), pipe2.in_vec.eq(0), pipe2.in_second.eq(0),
-                     pipe2.in_tag.eq(tag_d[:a]), pipe2.acc_in.eq(Cat(*tot)),
+        # every position goes through the second pipe, its output flag in the tag: the PPU ends when the last
+        # position has, whichever outputs a stride of 2 keeps (the timing does not depend on PPU.dws)
+        m.d.comb += [pipe2.in_valid.eq(vd), pipe2.in_vec.eq(0), pipe2.in_second.eq(0),
+                     pipe2.in_tag.eq(tag_d[:a + 1]), pipe2.acc_in.eq(Cat(*tot)),
                      pipe2.op_max.eq(0), pipe2.bias.eq(bias2), pipe2.mult.eq(mult2), pipe2.shm1.eq(shm2),
                      pipe2.z_out.eq(z2), pipe2.lo.eq(lo2), pipe2.hi.eq(hi2)]
-        we = (pipe.out_valid & ~is_dw) | pipe2.out_valid
-        wdata = Mux(pipe2.out_valid, pipe2.y, pipe.y)
-        waddr = Mux(pipe2.out_valid, pipe2.out_tag[:a], pipe.out_tag[:a])
-        return we, wdata, waddr, Cat(va, vb, vc, vd).any() | pipe2.busy
+        we2 = pipe2.out_valid & pipe2.out_tag[a]
+        we = (pipe.out_valid & ~is_dw) | we2
+        wdata = Mux(we2, pipe2.y, pipe.y)
+        waddr = Mux(we2, pipe2.out_tag[:a], pipe.out_tag[:a])
+        # (as a write would: the unit stays busy WL cycles after the last position, written or not)
+        tail = [Signal(name=f"dw_tail{i}") for i in range(WL)]
+        m.d.sync += [tail[i].eq(pipe2.out_valid if i == 0 else tail[i - 1]) for i in range(WL)]
+        return we, wdata, waddr, Cat(va, vb, vc, vd, *tail).any() | pipe2.busy

@@ -111,6 +111,15 @@ DWP_ROWS = 3
 DWP_MIN_PITCH = 4
 
 
+def ppu_out_dims(n_outer: int, n_inner: int, dws: int = 0) -> tuple[int, int]:
+    """The output grid of a PPU (PPU.dw with stride 2, `dws` = 2 or 3: every other row and column of the
+    stride-1 outputs, from the first (2) or the second (3))."""
+    if dws < 2:
+        return n_outer, n_inner
+    phase = dws & 1
+    return (n_outer + 1 - phase) >> 1, (n_inner + 1 - phase) >> 1
+
+
 def dwp_delays(n: int, pitch: int, dw9: bool = False) -> list[int | None]:
     """GEMM.dwp: the lines back column c of an n-column array reads (None: it reads zero); with GEMM.dw9 (an
     8-column array) one more, column 8."""
@@ -176,6 +185,9 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
           "through a 3x3 depthwise stage (taps: entry param + 2, byte 3*ky + kx of lane l at (3*ky + kx) * N + l) "
           "requantized with entry param + 1; n_inner + 1 must be DWP_MIN_PITCH .. scratchpad.dw_line_buffer",
           default=0),
+        F("dws", 2, "with dw: 0 stride 1; 2 stride 2 with one pixel of padding on every side (the outputs at even "
+          "rows and columns of the stride-1 ones); 3 stride 2 padded only at the bottom and the right (the odd "
+          "ones); 1 is a BAD_FIELD. The outputs: ppu_out_dims", default=0),
     ),
     Op.VEC: (
         F("op", 2, "VecOp: MAX or ADD"),

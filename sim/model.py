@@ -173,6 +173,7 @@ class TileModel:
         elif op == Op.PPU:
             counts = (f["n_outer"], f["n_inner"])
             bad = bool(f["dw"] and not (self.dw_post and isa.DWP_MIN_PITCH <= f["n_inner"] + 1 <= self.dw_lines))
+            bad = bad or bool(f["dws"] and (not f["dw"] or f["dws"] == 1))
         elif op == Op.VEC:
             counts, bad = (f["n_outer"], f["n_inner"]), f["op"] > max(isa.VecOp)
         elif op == Op.FILL:
@@ -195,8 +196,9 @@ class TileModel:
             return [(f["act"], no, f["act_so"], ni, f["act_si"], self.act_lines),
                     (f["acc"], no, f["acc_so"], ni - f["skip"], f["acc_si"], self.acc_lines)]
         if op == Op.PPU:
+            oo, oi = isa.ppu_out_dims(no, ni, f["dws"])
             return [(f["acc"], no, f["acc_so"], ni, f["acc_si"], self.acc_lines),
-                    (f["out"], no, f["out_so"], ni, f["out_si"], self.act_lines)]
+                    (f["out"], oo, f["out_so"], oi, f["out_si"], self.act_lines)]
         if op == Op.VEC:
             return [(f["a"], no, f["in_so"], ni, f["in_si"], self.act_lines),
                     (f["b"], no, f["in_so"], ni, f["in_si"], self.act_lines),
@@ -427,11 +429,14 @@ class TileModel:
             taps = np.frombuffer(self.param[(f["param"] + 2) * self.t.PARAM_ENTRY_BEATS:].tobytes(), np.int8,
                                  9 * n).reshape(3, 3, n).astype(np.int32)
             s = sum(taps[ky, kx] * yp[ky:ky + no, kx:kx + ni] for ky in range(3) for kx in range(3))
+            if f["dws"]:   # stride 2: every other stride-1 output, from the first or the second
+                s = s[f["dws"] & 1::2, f["dws"] & 1::2]
             pe = self._entry(f["param"] + 1)
             shift = np.clip(pe["shift"], arith.SHIFT_MIN, arith.SHIFT_MAX)
             y = arith.requantize(s.reshape(-1, n) + pe["bias"], pe["mult"], shift, pe["z_out"], pe["lo"],
                                  pe["hi"])
-        _scatter(self.act, _grid(f["out"], f["n_outer"], f["out_so"], f["n_inner"], f["out_si"]), y)
+        oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"])
+        _scatter(self.act, _grid(f["out"], oo, f["out_so"], oi, f["out_si"]), y)
 
     def _vec(self, f: dict) -> None:
         no, ni = f["n_outer"], f["n_inner"]

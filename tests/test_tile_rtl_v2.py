@@ -93,7 +93,8 @@ class RandomProgram:
         elif op == Op.PPU:
             rd |= grid("acc", f["acc"], f["n_outer"], f["acc_so"], f["n_inner"], f["acc_si"])
             rd |= {("param", f["param"] * self.peb + b) for b in range(self.peb * (3 if f["dw"] else 1))}
-            wr |= grid("act", f["out"], f["n_outer"], f["out_so"], f["n_inner"], f["out_si"])
+            oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"])
+            wr |= grid("act", f["out"], oo, f["out_so"], oi, f["out_si"])
         elif op == Op.VEC:
             rd |= grid("act", f["a"], f["n_outer"], f["in_so"], f["n_inner"], f["in_si"])
             rd |= grid("act", f["b"], f["n_outer"], f["in_so"], f["n_inner"], f["in_si"])
@@ -199,14 +200,18 @@ class RandomProgram:
             return self.emit(Op.GEMM, wblk=wblk, act=act, acc=acc, n_outer=no, n_inner=ni,
                              act_so=act_so, act_si=act_si, acc_so=acc_so, acc_si=acc_si,
                              reset=int(r.integers(0, 2)), dw=dw, skip=skip, dwp=dwp, dw9=dw9)
-        if kind == "ppu_dw":   # PPU.dw: a tile of up to 4 rows, a row pitch (n_inner + 1) the row buffers hold
-            no, ni = int(r.integers(1, 5)), int(r.integers(isa.DWP_MIN_PITCH - 1, min(self.dw_lines, 12)))
+        if kind == "ppu_dw":   # PPU.dw: a tile of up to 5 rows, a row pitch (n_inner + 1) the row buffers hold,
+            # stride 1 or 2 (either phase)
+            no, ni = int(r.integers(1, 6)), int(r.integers(isa.DWP_MIN_PITCH - 1, min(self.dw_lines, 12)))
+            dws = int(r.choice([0, 2, 3]))
+            if dws == 3:
+                no = max(no, 2)
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
             if acc_so < 0 or acc_si < 0:
                 acc, acc_so, acc_si = int(r.integers(0, self.ACC - ni)), 0, 1
-            out, out_so, out_si = self._out(no, ni, set())
+            out, out_so, out_si = self._out(*isa.ppu_out_dims(no, ni, dws), set())
             return self.emit(Op.PPU, acc=acc, out=out, n_outer=no, n_inner=ni, acc_so=acc_so, acc_si=acc_si,
-                             out_so=out_so, out_si=out_si, param=int(r.integers(0, self.PE - 2)), dw=1,
+                             out_so=out_so, out_si=out_si, param=int(r.integers(0, self.PE - 2)), dw=1, dws=dws,
                              lag=int(r.integers(1, isa.PPU_MAX_LAG + 1)) if r.random() < 0.5 else 0)
         if kind == "ppu":
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
@@ -527,6 +532,10 @@ def test_wide_preload_tiles_equal_model(rtl_wide_preload):
 
 #: PPU.dw (features.dw_post): a row pitch (n_inner + 1) outside 4 .. dw_line_buffer, and three entries past the end
 DW_POST_ERRORS = {"err_ppu_dw_short_pitch": (dict(n_inner=isa.DWP_MIN_PITCH - 2), E.BAD_FIELD),
+                  "err_ppu_dws_1": (dict(dws=1), E.BAD_FIELD),
+                  "err_ppu_dws_without_dw": (dict(dw=0, dws=2), E.BAD_FIELD),
+                  # stride 2 writes 3 x 3 outputs of the 5 x 5 tile (out_so 5): lines out .. out + 12
+                  "err_ppu_dws_out": (dict(n_outer=5, dws=2, out=-12), E.OUT_OF_RANGE),
                   "err_ppu_dw_long_pitch": (dict(n_inner=-1), E.BAD_FIELD),
                   "err_ppu_dw_param": (dict(param=-2), E.OUT_OF_RANGE)}
 
@@ -539,7 +548,16 @@ def dw_post_error_workloads(t: dict) -> list[programs.Workload]:
             f["n_inner"] = t["scratchpad"]["dw_line_buffer"]
         if f["param"] < 0:     # entries param + 1 and param + 2: the last one is past the end
             f["param"] = t["scratchpad"]["param_entries"] + f["param"]
+        if f["out"] < 0:       # this many lines before the end of ACT
+            f["out"] += t["scratchpad"]["act_lines"]
         out.append(bad_workload(t, name, isa.make(Op.PPU, **f)))
+    # one line lower the stride-2 outputs fit (the range check counts them, not the tile's 5 x 5): not an error
+    f = dict(acc=0, out=t["scratchpad"]["act_lines"] - 13, n_outer=5, n_inner=5, acc_so=5, acc_si=1, out_so=5,
+             out_si=1, param=0, dw=1, dws=2)
+    ok = bad_workload(t, "ok_ppu_dws_fits", isa.make(Op.PPU, **f))
+    four = 4 * t["array"]["rows"]  # both STOREs ran: lines d0 .. d0 + 3 and d0 + 8 .. d0 + 11
+    ok.expect = [(ok.expect[0][0], bytes([5]) * four + bytes(four) + bytes([5]) * four)]
+    out.append(ok)
     return out
 
 
@@ -555,12 +573,16 @@ def test_ppu_dw_equals_model(rtl_dw_post):
     other v2 instructions, bit-exact with the model's memory image and cycle-exact (issue cycles, busy cycles);
     the pre-decode's BAD_FIELD and OUT_OF_RANGE cases of PPU.dw as the model's."""
     t, wls, models, results = rtl_dw_post
-    assert sum(1 for k in range(6) for i in wls[f"rand{k}"].program if i.op == Op.PPU and i.get("dw")) >= 6
-    for name in wls:
+    ppus = [i for k in range(6) for i in wls[f"rand{k}"].program if i.op == Op.PPU and i.get("dw")]
+    assert len(ppus) >= 6 and {i.get("dws") for i in ppus} == {0, 2, 3}
+    for name, wl in wls.items():
         res, (model, model_dram) = results[name], models[name]
         if name in DW_POST_ERRORS:
             assert res["error"] and res["error_code"] == DW_POST_ERRORS[name][1] == model.error, name
             assert res["cycles"] == model.cycles and [pc for pc, _ in res["issues"]] == [0, 1], name
+        elif name.startswith("ok_"):
+            assert [res["after"][a:a + len(b)] for a, b in wl.expect] == [b for _, b in wl.expect], name
+            _check_against_model(res, model, model_dram)
         else:
             _check_against_model(res, model, model_dram)
 

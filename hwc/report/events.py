@@ -16,7 +16,7 @@ instruction (docs/tile.md gives each instruction's accesses):
   on chip, one PARAM entry read, P ACC lines read, P ACT lines written. PPU.dw (features.dw_post) over its
   Q = (n_outer + 1)(n_inner + 1) + 1 stream positions: the first requantization per position, per lane 9 int8
   MACs (the depthwise stage), the second requantization per output, 3 PARAM entries, P ACC lines read, the
-  two row buffers written and read once per position, P ACT lines written.
+  two row buffers written and read once per position, one ACT line written per output (isa.ppu_out_dims).
 - VEC: ADD per lane 2 int32 mults and 5 int32 adds; MAX per lane 1 int8 compare (an 8-bit
   add); on chip, one PARAM entry read, 2P ACT lines read, P written.
 - FILL: on chip, `count` ACT lines written.
@@ -127,9 +127,10 @@ def insn_events(insn: isa.Insn, n: int, beat: int, peb: int) -> dict:
     elif op == isa.Op.PPU and insn.get("dw"):
         p = insn.n_outer * insn.n_inner
         q = (insn.n_outer + 1) * (insn.n_inner + 1) + 1
-        ev.update(mult_int32=(q + p) * n, add_int32=3 * (q + p) * n, mac_int8=9 * q * n,
+        oo, oi = isa.ppu_out_dims(insn.n_outer, insn.n_inner, insn.get("dws"))
+        ev.update(mult_int32=(q + oo * oi) * n, add_int32=3 * (q + oo * oi) * n, mac_int8=9 * q * n,
                   param_read_bytes=isa.DW_POST_ENTRIES * peb * beat, acc_read_bytes=4 * p * n,
-                  rowbuf_read_bytes=2 * q * n, rowbuf_write_bytes=2 * q * n, act_write_bytes=p * n)
+                  rowbuf_read_bytes=2 * q * n, rowbuf_write_bytes=2 * q * n, act_write_bytes=oo * oi * n)
     elif op == isa.Op.PPU:
         p = insn.n_outer * insn.n_inner
         ev.update(mult_int32=p * n, add_int32=3 * p * n, param_read_bytes=peb * beat, acc_read_bytes=4 * p * n,

@@ -235,8 +235,10 @@ class Codegen:
                 continue
             mid, dst = self.tensor(conv.dst), self.tensor(dw.dst)
             m, c, kh, kw = dw.weight.shape
-            if not (dw.op == "QConv" and dw.group == m == c and (kh, kw) == (3, 3) and dw.strides == (1, 1)
-                    and dw.dilations == (1, 1) and tuple(dw.pads) == (1, 1, 1, 1)):
+            # stride 1 padded by one pixel, or stride 2 padded so (PPU.dws 2) or at the bottom and right only (3)
+            shape = (dw.strides, tuple(dw.pads))
+            if not (dw.op == "QConv" and dw.group == m == c and (kh, kw) == (3, 3) and dw.dilations == (1, 1)
+                    and shape in DWS_OF):
                 continue
             if mid.s2d != 1 or dst.s2d != 1 or not isa.DWP_MIN_PITCH <= mid.w + 1 <= self.dw_lines \
                     or mid.h * mid.w > self._acc_cap():
@@ -661,10 +663,10 @@ class Codegen:
                     fields = self._ppu_fields(layer, mode, acc, rows)
                     out = dst if fdw is None else self.tensor(fdw.dst)
                     if fdw is not None:
-                        fields.update(dw=1, out_so=out.wp)
+                        fields.update(dw=1, dws=DWS_OF[fdw.strides, tuple(fdw.pads)], out_so=out.wp)
                     for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
                         f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
-                        self.compute(g, Op.PPU, region=(out.name, cob, oy0, oy0 + rows),
+                        self.compute(g, Op.PPU, region=(out.name, cob, oy0, oy0 + rows if fdw is None else out.h),
                                      out=out.line(cob, oy0, x0), param=e, lag=lag, **f)
                     if self.layer in self.fused_adds:
                         def add(g, oy0=oy0, rows=rows, cob=cob):
@@ -694,7 +696,8 @@ class Codegen:
                         post(g, lag)
                         self.layer, self._halo_pending = now, pending
                     self._later_post = across
-                    self._later_region = (dst.name if fdw is None else fdw.dst, cob, oy0, oy0 + rows)
+                    self._later_region = (dst.name, cob, oy0, oy0 + rows) if fdw is None else \
+                        (fdw.dst, cob, 0, self.tensor(fdw.dst).h)
                 else:
                     if last and self.post_unit:
                         # channel block 0's output halo runs while the array drains (when this last PPU writes
@@ -710,7 +713,8 @@ class Codegen:
         oy0, rows = tiles[-1]
         written = self.fused_adds[self.layer].dst if self.layer in self.fused_adds else \
             dst.name if fdw is None else fdw.dst
-        self._tail = ((written, cbo - 1, oy0, oy0 + rows), self._tile_cost(layer, rows)[1])
+        end = oy0 + rows if fdw is None else self.tensor(fdw.dst).h
+        self._tail = ((written, cbo - 1, oy0, end), self._tile_cost(layer, rows)[1])
 
     def _own_fills(self, g: Group) -> None:
         """v2, in a layer's last pixel tile: this layer's output halo FILLs still pending (POST had no room between
@@ -1648,6 +1652,10 @@ class Codegen:
             rec["insns"] = span.get(k, [0, 0])
             del rec["groups"]
         return TileProgram(prog, dram, regions, inputs, outputs, io_off, act, layer_records, insn_layer)
+
+
+#: PPU.dws of a fused depthwise layer by (strides, pads)
+DWS_OF = {((1, 1), (1, 1, 1, 1)): 0, ((2, 2), (1, 1, 1, 1)): 2, ((2, 2), (0, 0, 1, 1)): 3}
 
 
 def _dw_entries(fields: dict) -> int:

@@ -1005,27 +1005,34 @@ def test_bus_bound_weight_groups_grow(target):
     assert check_exact(g, t).report["schedule"][0]["bus_groups"] is True
 
 
-@pytest.mark.parametrize("target,c,m,h,w,layers", [
-    ("tile8x8", 8, 16, 5, 5, 1), ("tile8x8", 24, 24, 5, 5, 2), ("tile8x8", 3, 20, 7, 3, 1),
-    ("tile32x32", 16, 64, 25, 5, 2), ("tile32x32", 32, 40, 6, 6, 1)])
-def test_depthwise_in_the_post_processing(target, c, m, h, w, layers):
+@pytest.mark.parametrize("target,c,m,h,w,layers,stride,pads", [
+    ("tile8x8", 8, 16, 5, 5, 1, 1, [1] * 4), ("tile8x8", 24, 24, 5, 5, 2, 1, [1] * 4),
+    ("tile8x8", 3, 20, 7, 3, 1, 1, [1] * 4), ("tile32x32", 16, 64, 25, 5, 2, 1, [1] * 4),
+    ("tile32x32", 32, 40, 6, 6, 1, 1, [1] * 4), ("tile8x8", 8, 16, 7, 6, 2, 2, [1] * 4),
+    ("tile8x8", 8, 16, 8, 7, 1, 2, [0, 0, 1, 1]), ("tile32x32", 32, 64, 12, 12, 2, 2, [0, 0, 1, 1])])
+def test_depthwise_in_the_post_processing(target, c, m, h, w, layers, stride, pads):
     """features.dw_post: a convolution followed by a 3x3 stride-1 depthwise layer (its only reader) runs as one
     layer, whose PPU.dw computes the depthwise layer from the requantized output (docs/tile-v2.md, "Depthwise in
     the post-processing"): exact against the int8 reference, one PPU.dw per output block and layer, no depthwise
-    GEMM, and fewer cycles than the same target without the stage (the depthwise layers on the array)."""
+    GEMM, and fewer cycles than the same target without the stage (the depthwise layers on the array). Stride 2
+    (PPU.dws) with one pixel of padding all round, or TensorFlow's "same" padding of an even size (bottom and right
+    only): every other stride-1 output, from the first or the second."""
     from hwc import isa
 
     b = QBuilder(seed=c + m + h)
     y = b.input("x", (1, c, h, w), zp=3)
     for k in range(layers):
         y = b.conv(y, m, k=1, relu=True)
-        y = b.conv(y, m, k=3, pads=[1, 1, 1, 1], group=m, relu=k % 2 == 0)
+        y = b.conv(y, m, k=3, stride=stride if k == layers - 1 else 1,
+                   pads=pads if k == layers - 1 else [1, 1, 1, 1], group=m, relu=k % 2 == 0)
     g = b.output(y)
     with_stage = tile_variant(TARGETS[target], dw_post=True)
     art = check_exact(g, with_stage)
     prog = isa.from_bytes(art.program)
     n = with_stage["array"]["rows"]
     assert sum(1 for i in prog if i.op == isa.Op.PPU and i.get("dw")) == layers * -(-m // n)
+    assert {i.get("dws") for i in prog if i.op == isa.Op.PPU and i.get("dw")} >= {0 if stride == 1 else
+                                                                                   2 + (pads[0] == 0)}
     assert not any(i.get("dw") for i in prog if i.op == isa.Op.GEMM)
     assert art.report["macs"] == sum(layer["macs"] for layer in art.report["layers"]), "the fused layers' MACs"
     without = check_exact(g, TARGETS[target])
@@ -1036,10 +1043,12 @@ def test_depthwise_in_the_post_processing(target, c, m, h, w, layers):
 @given(st.fixed_dictionaries({
     "c": st.integers(1, 40), "m": st.integers(1, 70), "h": st.integers(1, 12), "w": st.integers(3, 14),
     "k": st.sampled_from([1, 3]), "relu": st.booleans(), "zp": st.integers(-30, 30),
+    "dw": st.sampled_from([(1, (1, 1, 1, 1)), (2, (1, 1, 1, 1)), (2, (0, 0, 1, 1))]),
     "target": st.sampled_from(["tile8x8", "tile32x32"])}))
 def test_depthwise_in_the_post_processing_any_shape(case):
     """PPU.dw on shapes hypothesis picks: a convolution (1x1 or 3x3, any channel counts, channel counts not
-    multiples of N), then a 3x3 depthwise layer and a convolution that reads it: exact against the int8
+    multiples of N), then a 3x3 depthwise layer (stride 1, or 2 in both paddings PPU.dws takes) and a convolution
+    that reads it: exact against the int8
     reference, and fused wherever the rules of `Codegen._fusable_dws` hold (the pitch w + 1 within 4 .. the row
     buffers, the image in an accumulator slot, no stacked tensor)."""
     from hwc import isa
@@ -1047,7 +1056,9 @@ def test_depthwise_in_the_post_processing_any_shape(case):
     b = QBuilder(seed=case["c"] * 1000 + case["m"] * 10 + case["h"])
     x = b.input("x", (1, case["c"], case["h"], case["w"]), zp=case["zp"])
     y = b.conv(x, case["m"], k=case["k"], relu=case["relu"])
-    d = b.conv(y, case["m"], k=3, pads=[1, 1, 1, 1], group=case["m"], relu=not case["relu"])
+    stride, pads = case["dw"]
+    assume(pads[0] or case["h"] > 1)   # (one row padded below only: no stride-2 output)
+    d = b.conv(y, case["m"], k=3, stride=stride, pads=list(pads), group=case["m"], relu=not case["relu"])
     g = b.output(b.conv(d, 5, k=1))
     art = check_exact(g, tile_variant(TARGETS[case["target"]], dw_post=True))
     fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
@@ -1056,16 +1067,18 @@ def test_depthwise_in_the_post_processing_any_shape(case):
 
 
 def test_depthwise_in_the_post_processing_needs_its_pairs():
-    """PPU.dw only where it is exact: not for a stride-2 depthwise layer, a 5x5 one, or a convolution whose
-    output has a second reader (it must then be stored); the target feature needs the row buffers."""
+    """PPU.dw only where it is exact: not for a stride-2 depthwise layer padded otherwise than PPU.dws knows, a 5x5
+    one, a stride-1 one padded asymmetrically, or a convolution whose output has a second reader (it must then be
+    stored); the target feature needs the row buffers."""
     from hwc import isa
 
     t = tile_variant(TARGETS["tile8x8"], dw_post=True)
-    for stride, k, second in ((2, 3, False), (1, 5, False), (1, 3, True)):
+    for stride, k, second, pads in ((2, 3, False, [1, 0, 1, 0]), (1, 5, False, [2] * 4), (1, 3, True, [1] * 4),
+                                    (1, 3, False, [0, 0, 1, 1])):
         b = QBuilder(seed=k)
         x = b.input("x", (1, 8, 6, 6), zp=3)
         y = b.conv(x, 8, k=1, relu=True)
-        d = b.conv(y, 8, k=k, stride=stride, pads=[k // 2] * 4, group=8, relu=True)
+        d = b.conv(y, 8, k=k, stride=stride, pads=pads, group=8, relu=True)
         g = b.output(d, y) if second else b.output(d)
         prog = isa.from_bytes(check_exact(g, t).program)
         assert not any(i.get("dw") for i in prog if i.op == isa.Op.PPU)
