@@ -35,6 +35,9 @@ one per cycle), prepares the lane parameters in one cycle, then streams:
   VEC: frames of three cycles on the single compute ACT port: read a, read b, write
        (the result of an earlier frame). MEM_LATENCY + PIPE_LATENCY = 16 = 1 (mod 3) puts every
        result write exactly on a write slot, so reads and writes never collide.
+  PPU.dw (features.dw_post, docs/tile-v2.md): three PARAM entries (the last two read while it streams),
+       the tile's padded rows one position a cycle (pads read no ACC line), the requantized lines through
+       the 3x3 depthwise stage (`_dw_stage`) and a second pipe, whose results are written to ACT.
 """
 
 from __future__ import annotations
