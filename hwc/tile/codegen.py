@@ -221,7 +221,9 @@ class Codegen:
 
     def _fusable_dws(self) -> dict[int, ConvLayer]:
         """features.dw_post: conv layer index -> the 3x3 depthwise layer right after it that is the only reader of
-        its output; the conv's PPU.dw then computes the depthwise layer from its requantized output (docs/tile-v2.md,
+        its output (and whose own output is not the operand of a residual add fused into it: `_fusable_adds` would
+        emit that add with the depthwise layer, which is not emitted); the conv's PPU.dw then computes the depthwise
+        layer from its requantized output (docs/tile-v2.md,
         "Depthwise in the post-processing"). The conv's output is never stored: one pixel tile per output block
         (the whole image in a slot of the accumulators), rows within the row buffers, no stacked pixels."""
         out = {}
@@ -230,7 +232,8 @@ class Codegen:
         for i in range(len(layers) - 1):
             conv, dw = layers[i], layers[i + 1]
             if not (isinstance(conv, ConvLayer) and isinstance(dw, ConvLayer) and dw.src == conv.dst
-                    and conv.group == 1 and i not in self.fused_adds and conv.op == "QConv"
+                    and conv.group == 1 and i not in self.fused_adds and (i + 1) not in self.fused_adds
+                    and conv.op == "QConv"
                     and readers[conv.dst] == 1 and conv.dst not in self.plan.outputs):
                 continue
             mid, dst = self.tensor(conv.dst), self.tensor(dw.dst)

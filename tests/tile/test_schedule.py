@@ -1084,3 +1084,21 @@ def test_depthwise_in_the_post_processing_needs_its_pairs():
         assert not any(i.get("dw") for i in prog if i.op == isa.Op.PPU)
     with pytest.raises(TargetError, match="dw_post"):
         tile_variant(TARGETS["tile8x8"], dw_post=True, post_unit=False)
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+@pytest.mark.parametrize("after", ["add", "add_conv", "maxpool"])
+def test_depthwise_in_the_post_processing_before_a_residual_add(target, after):
+    """A pointwise + depthwise pair whose output a residual add reads right after it: the add is fused into the
+    depthwise layer's tiles (`_fusable_adds`), so that pair stays on the array (the add would otherwise have no
+    layer to ride on); other readers (a max pool) leave it fused. Exact against the int8 reference either way."""
+    from hwc import isa
+
+    b = QBuilder(seed=7)
+    x = b.input("x", (1, 32, 9, 7), zp=2)
+    d = b.conv(b.conv(x, 32, k=1, relu=True), 32, k=3, pads=[1, 1, 1, 1], group=32, relu=True)
+    o = {"add": lambda: b.add(d, x, relu=True), "add_conv": lambda: b.conv(b.add(d, x), 16, k=3),
+         "maxpool": lambda: b.maxpool(d, 2, 2)}[after]()
+    art = check_exact(b.output(o), tile_variant(TARGETS[target], dw_post=True))
+    fused = any(i.get("dw") for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU)
+    assert fused == (after == "maxpool")
