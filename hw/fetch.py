@@ -129,7 +129,8 @@ def _flags(w, p: TileParams, ni_dw=None) -> dict:
                                                                        | (f(O.PPU, "n_inner") + 1 > p.dw_lines)))
                   | (f(O.PPU, "dws").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dws") == 1))))
                  if p.dw_post else zero(O.PPU, "n_outer", "n_inner") | f(O.PPU, "dw") | f(O.PPU, "dws").any(),
-                 f(O.PPU, "param") + (f(O.PPU, "dw") << 1 if p.dw_post else 0) >= p.param_entries),
+                 f(O.PPU, "param") + (f(O.PPU, "dw") * (isa.DW_POST_ENTRIES - 1) if p.dw_post else 0)
+                 >= p.param_entries),
         O.VEC: (zero(O.VEC, "n_outer", "n_inner") | (f(O.VEC, "op") > max(isa.VecOp)),
                 f(O.VEC, "param") >= p.param_entries),
         O.FILL: (zero(O.FILL, "count", "rows"), Const(0, 1)),

@@ -111,6 +111,12 @@ DWP_ROWS = 3
 DWP_MIN_PITCH = 4
 
 
+def ppu_dw_positions(n_outer: int, n_inner: int) -> int:
+    """The stream positions of a PPU.dw: the tile's rows and the bottom pad row at a pitch of n_inner + 1 (the left
+    pad column is the row before's right pad), and the last output's bottom-right pad."""
+    return (n_outer + 1) * (n_inner + 1) + 1
+
+
 def ppu_out_dims(n_outer: int, n_inner: int, dws: int = 0) -> tuple[int, int]:
     """The output grid of a PPU (PPU.dw with stride 2, `dws` = 2 or 3: every other row and column of the
     stride-1 outputs, from the first (2) or the second (3))."""
@@ -458,7 +464,7 @@ class Timing:
     def ppu_busy(self, n_outer: int, n_inner: int, dw: int = 0) -> int:
         """Cycles a PPU keeps its unit busy (PPU.dw: the padded rows at a pitch of n_inner + 1, and the stage)."""
         if dw:
-            return self.PPU_DW_OVERHEAD + (n_outer + 1) * (n_inner + 1) + 1
+            return self.PPU_DW_OVERHEAD + ppu_dw_positions(n_outer, n_inner)
         return self.PPU_OVERHEAD + n_outer * n_inner
 
     @classmethod

@@ -350,8 +350,16 @@ def fixed_workloads(t: dict) -> list[programs.Workload]:
             programs.vec(t, rng, lines=6, name="vec")] + [lag_workload(t, k) for k in range(1, isa.PPU_MAX_LAG + 1)]
 
 
+def ppu_dw_without_feature(t: dict) -> programs.Workload:
+    """A PPU with dw = 1 on a tile without features.dw_post (a BAD_FIELD error)."""
+    return bad_workload(t, "err_ppu_dw_without_feature", isa.make(Op.PPU, acc=0, out=0, n_outer=2, n_inner=5,
+                                                                  acc_so=5, acc_si=1, out_so=5, out_si=1, param=0,
+                                                                  dw=1))
+
+
 def workloads(t: dict) -> list[programs.Workload]:
-    return fixed_workloads(t) + random_workloads(t, N_RANDOM, seed=100) + v2_error_workloads(t)
+    return (fixed_workloads(t) + random_workloads(t, N_RANDOM, seed=100) + v2_error_workloads(t)
+            + [ppu_dw_without_feature(t)])
 
 
 def _model_and_rtl(t, out, wls):
@@ -587,10 +595,13 @@ def test_ppu_dw_equals_model(rtl_dw_post):
             _check_against_model(res, model, model_dram)
 
 
-def test_ppu_dw_is_a_bad_field_without_the_feature():
-    """Without features.dw_post a PPU with dw = 1 is a BAD_FIELD error (the model; the RTL's pre-decode is the
-    same rule: hw/fetch.py)."""
-    t = v2("tile8x8")
-    wl = bad_workload(t, "dw_without", isa.make(Op.PPU, acc=0, out=0, n_outer=2, n_inner=5, acc_so=5, acc_si=1,
-                                                 out_so=5, out_si=1, param=0, dw=1))
-    assert TileModel(t).run(None, bytearray(wl.dram), 0).error == E.BAD_FIELD
+def test_ppu_dw_is_a_bad_field_without_the_feature(rtl):
+    """Without features.dw_post a PPU with dw = 1 is a BAD_FIELD error, in the model and the RTL's pre-decode, and
+    halts before anything after it runs."""
+    t, _, wls, models, results = rtl
+    name = "err_ppu_dw_without_feature"
+    assert not t["features"]["dw_post"]
+    res, (model, _), wl = results[name], models[name], wls[name]
+    assert res["error"] and res["error_code"] == model.error == E.BAD_FIELD
+    assert res["cycles"] == model.cycles and [pc for pc, _ in res["issues"]] == [0, 1]
+    assert [res["after"][a:a + len(b)] for a, b in wl.expect] == [b for _, b in wl.expect]

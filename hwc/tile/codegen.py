@@ -397,9 +397,7 @@ class Codegen:
         if wait & Wait.COMPUTE:  # waits for the GEMMs to drain
             start = max(self._clock[0] + t.GEMM_LATENCY, self._clock[1])
             self._clock[0] = start + t.PRELOAD + t.GEMM_SETUP
-        busy = {Op.PPU: t.ppu_busy(fields["n_outer"], fields["n_inner"], fields.get("dw", 0)) if opcode == Op.PPU
-                else 0, Op.VEC: t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines}
-        self._clock[1] = start + busy.get(opcode, t.FILL_OVERHEAD + lines) + 1
+        self._clock[1] = start + _post_busy(t, opcode, fields) + 1
 
     def _drip_fills(self, g: Group, lines: int, drains: bool = False) -> None:
         """After a GEMM streaming `lines`: as many pending halo FILLs as POST can take (idle by the GEMM's
@@ -1014,11 +1012,8 @@ class Codegen:
                     self._image_lines(layer, r)
                 gemm_tile = ntaps * self._gemm_cycles(lines)
         t = self.timing
-        if self.layer in self.fused_dws:
-            post_tile = t.PPU_DW_OVERHEAD + (r + 1) * (wo + 1) + 1
-        else:
-            post_tile = t.PPU_OVERHEAD + p + (t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * p
-                                               if self.layer in self.fused_adds else 0)
+        post_tile = t.ppu_busy(r, wo, self.layer in self.fused_dws) + \
+            (t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * p if self.layer in self.fused_adds else 0)
         # each POST instruction issues IDLE_LAG after the previous one ends; the output's halo FILLs (one run per
         # row: a row's right pad and the next one's left pad) share POST with the tile's PPU
         dst = self.tensor(layer.dst)
@@ -1573,11 +1568,10 @@ class Codegen:
                 for p in pending:
                     p[2] -= self._gemm_cycles(lines)
             elif e.writes is not None:
-                busy = {Op.PPU: t_.ppu_busy(fields["n_outer"], fields["n_inner"], fields.get("dw", 0))
-                        if op == Op.PPU else 0, Op.VEC: t_.VEC_OVERHEAD + t_.VEC_CYCLES_PER_LINE * lines}
+                busy = _post_busy(t_, op, fields) + t_.IDLE_LAG
                 for p in pending:  # a STORE behind this POST instruction waits for it too
-                    p[2] += busy.get(op, t_.FILL_OVERHEAD + lines) + t_.IDLE_LAG
-                pending.extend([*d, busy.get(op, t_.FILL_OVERHEAD + lines) + t_.IDLE_LAG]
+                    p[2] += busy
+                pending.extend([*d, busy]
                                for d in store_order if last_writer.get(d) == id(e))
             while pending and pending[0][2] <= 0:
                 store(*pending.pop(0)[:2])
@@ -1605,7 +1599,7 @@ class Codegen:
                 op, fields = e.insn_args
                 needs = set(e.needs | extra.get(id(e), frozenset()))
                 if op in (Op.PPU, Op.VEC):
-                    needs |= {-1 - part_of.get(fields.get("param", 0) + k, 0) for k in range(1 + _dw_entries(fields))}
+                    needs |= _param_loads(fields, part_of)
                 if is_w and op == Op.GEMM and not (pieces and g is weighted[0]):
                     needs.add(wid[id(g)])
                 fields = dict(fields)
@@ -1666,6 +1660,21 @@ def _dw_entries(fields: dict) -> int:
     return isa.DW_POST_ENTRIES - 1 if fields.get("dw") else 0
 
 
+def _param_loads(fields: dict, part_of: dict) -> set[int]:
+    """The params LOADs (-1 - part) holding the entries a PPU or VEC reads."""
+    return {-1 - part_of.get(fields.get("param", 0) + k, 0) for k in range(1 + _dw_entries(fields))}
+
+
+def _post_busy(t: isa.Timing, op: Op, fields: dict) -> int:
+    """Cycles a PPU, VEC or FILL keeps POST busy (hwc.isa.Timing)."""
+    lines = _lines(fields)
+    if op == Op.PPU:
+        return t.ppu_busy(fields["n_outer"], fields["n_inner"], fields.get("dw", 0))
+    if op == Op.VEC:
+        return t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines
+    return t.FILL_OVERHEAD + lines
+
+
 def _needs_first(rest: list, chunk, part: int, part_of: dict, extra: dict) -> bool:
     """Does a PPU or VEC of `rest` needing the params LOAD `part` (-1 - its part) come before any instruction needing
     `chunk` (an input chunk or a piece of the first weight group, `extra`)?"""
@@ -1673,7 +1682,7 @@ def _needs_first(rest: list, chunk, part: int, part_of: dict, extra: dict) -> bo
         if chunk in e.needs or chunk in extra.get(id(e), ()):
             return False
         op, fields = e.insn_args
-        if op in (Op.PPU, Op.VEC) and -1 - part_of.get(fields.get("param", 0), 0) == part:
+        if op in (Op.PPU, Op.VEC) and part in _param_loads(fields, part_of):
             return True
     return False
 
