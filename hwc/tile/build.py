@@ -23,7 +23,15 @@ from hwc.ir.serialize import load_graph, save_graph
 from hwc.ref.interp import run_graph, run_node
 from hwc.tile import host
 from hwc.tile.codegen import Codegen, TileProgram
-from hwc.tile.layers import TilePlan, host_im2col, im2col_first_layer, im2row_first_layer, partition, space_to_depth
+from hwc.tile.layers import (
+    TilePlan,
+    dw_post_flat,
+    host_im2col,
+    im2col_first_layer,
+    im2row_first_layer,
+    partition,
+    space_to_depth,
+)
 
 
 def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True, double_buffer: bool = True,
@@ -41,7 +49,13 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
     base = 0
     for k, plan in enumerate(partition(g, n)):
         fixed = pin[k] if pin and k < len(pin) else None
-        starts = []   # (plan with stacking applied, im2col, shift tried): the variants, in order of preference
+        starts = []   # (plan with stacking applied, im2col, shift tried, flat): the variants, in order of preference
+        # flat: with features.dw_post, the inputs of depthwise layers PPU.dw could take kept one pixel per line
+        # (`layers.dw_post_flat`), which may unstack the layers around them too: tried beside the default stacking
+        mids = dw_post_flat(plan, target) if stack else frozenset()
+        flats = [frozenset(), mids] if mids else [frozenset()]
+        if fixed is not None:
+            flats = [mids if fixed.get("flat") else frozenset()]
         # expand: the host im2col of a thin first layer (True), of its rows into stacked outputs ("rows"), or none
         for expand in ([True, "rows", False] if im2col else [False]):
             if fixed is not None and expand != fixed["im2col"]:
@@ -51,30 +65,36 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
                 continue  # no thin first layer to expand
             if expand == "rows" and not stack:
                 continue
-            for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
-                p = copy.deepcopy(start)
-                if stack:
-                    space_to_depth(p, n, shift=shift)
-                if expand == "rows" and not im2row_first_layer(p, start, n, target["scratchpad"]["act_lines"]):
-                    continue  # no thin first layer with a stacked output
-                used = any(t.shift for t in p.tensors.values())
-                starts.append((p, expand, shift, used))
-                if not used:
-                    break  # nothing to shift: the other build is the same
+            layouts = set()
+            for flat in flats:
+                for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
+                    p = copy.deepcopy(start)
+                    if stack:
+                        space_to_depth(p, n, shift=shift, flat=flat)
+                    if expand == "rows" and not im2row_first_layer(p, start, n, target["scratchpad"]["act_lines"]):
+                        continue  # no thin first layer with a stacked output
+                    layout = tuple((name, t.s2d, t.shift) for name, t in sorted(p.tensors.items()))
+                    if layout in layouts:
+                        break  # the same build as one already tried (nothing to shift, or nothing kept flat)
+                    layouts.add(layout)
+                    used = any(t.shift for t in p.tensors.values())
+                    starts.append((p, expand, shift, used, bool(flat)))
+                    if not used:
+                        break  # nothing to shift: the other build is the same
         variants = []
-        for (_, expand, shift, used), found in zip(starts, _search(starts, target, double_buffer, base, fixed,
-                                                                   jobs)):
+        for (_, expand, shift, used, flat), found in zip(starts, _search(starts, target, double_buffer, base, fixed,
+                                                                         jobs)):
             if isinstance(found, UnsupportedError):
-                if not variants and not expand and not shift:
+                if not variants and not expand and not shift and not flat:
                     raise found
                 continue
-            variants += [(c, bp, prog, dict(choice, shift=used)) for c, bp, prog, choice in found]
+            variants += [(c, bp, prog, dict(choice, shift=used, flat=flat)) for c, bp, prog, choice in found]
         if not variants:  # a pinned im2col that does not apply here
             p = copy.deepcopy(plan)
             if stack:
-                space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")))
+                space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")), flat=flats[0])
             used = any(t.shift for t in p.tensors.values())
-            variants += [(c, bp, prog, dict(choice, shift=used))
+            variants += [(c, bp, prog, dict(choice, shift=used, flat=bool(flats[0])))
                          for c, bp, prog, choice in _programs(p, target, double_buffer, base, fixed)]
         _, plan, prog, choice = _pick(variants)
         if isinstance(prog.program, bytes):  # (from a worker process)

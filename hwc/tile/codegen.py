@@ -31,7 +31,6 @@ Timing and semantics of every instruction: docs/tile.md; encoding: hwc/isa.py.
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +39,17 @@ from hwc import isa
 from hwc.errors import UnsupportedError
 from hwc.isa import Mem, Op, VecOp, Wait
 from hwc.lower.memplan import Interval, check_plan, lower_bound, naive_total, peak, plan_best
-from hwc.tile.layers import AddLayer, ConvLayer, GapLayer, MaxPoolLayer, TilePlan, TileTensor
+from hwc.tile.layers import (
+    DWS_OF,
+    AddLayer,
+    ConvLayer,
+    GapLayer,
+    MaxPoolLayer,
+    TilePlan,
+    TileTensor,
+    dw_post_pairs,
+    reads,
+)
 
 INT8_MIN = -128
 #: A model input is loaded per channel block in about this many row chunks (a first-layer GEMM waits for
@@ -225,26 +234,25 @@ class Codegen:
         emit that add with the depthwise layer, which is not emitted); the conv's PPU.dw then computes the depthwise
         layer from its requantized output (docs/tile-v2.md,
         "Depthwise in the post-processing"). The conv's output is never stored: one pixel tile per output block
-        (the whole image in a slot of the accumulators), rows within the row buffers, no stacked pixels."""
+        (the whole image in a slot of the accumulators), rows within the row buffers, one pixel per line (or
+        whole channel blocks of stacked pixels that the GEMMs write one pixel per line)."""
         out = {}
-        layers = self.plan.layers
-        readers = Counter(name for layer in layers for name in _reads(layer))
-        for i in range(len(layers) - 1):
-            conv, dw = layers[i], layers[i + 1]
-            if not (isinstance(conv, ConvLayer) and isinstance(dw, ConvLayer) and dw.src == conv.dst
-                    and conv.group == 1 and i not in self.fused_adds and (i + 1) not in self.fused_adds
-                    and conv.op == "QConv"
-                    and readers[conv.dst] == 1 and conv.dst not in self.plan.outputs):
+        for i, dw in dw_post_pairs(self.plan).items():
+            if i in self.fused_adds or (i + 1) in self.fused_adds:
                 continue
-            mid, dst = self.tensor(conv.dst), self.tensor(dw.dst)
-            m, c, kh, kw = dw.weight.shape
-            # stride 1 padded by one pixel, or stride 2 padded so (PPU.dws 2) or at the bottom and right only (3)
-            shape = (dw.strides, tuple(dw.pads))
-            if not (dw.op == "QConv" and dw.group == m == c and (kh, kw) == (3, 3) and dw.dilations == (1, 1)
-                    and shape in DWS_OF):
-                continue
-            if mid.s2d != 1 or dst.s2d != 1 or not isa.DWP_MIN_PITCH <= mid.w + 1 <= self.dw_lines \
-                    or mid.h * mid.w > self._acc_cap():
+            mid, dst = self.tensor(self.plan.layers[i].dst), self.tensor(dw.dst)
+            # a stacked input of whole channel blocks: laid out for this (layers.space_to_depth(flat=...)), the
+            # depthwise layer reads it one pixel per line, the conv's GEMMs write each pixel's line so (`emit_conv`)
+            stacked = mid.s2d > 1 and dw.weight.shape[1] * mid.s2d == mid.c
+            width = mid.w * mid.s2d if stacked else mid.w
+            if (mid.s2d != 1 and not (stacked and mid.c == mid.s2d * self.n and mid.shift == 0
+                                      and width == mid.w0)) \
+                    or dst.s2d != 1 or not isa.DWP_MIN_PITCH <= width + 1 <= self.dw_lines \
+                    or mid.h * width > self._acc_cap():
+                if stacked:
+                    raise UnsupportedError(f"layer {dw.name!r}: its input was laid out for PPU.dw, which cannot "
+                                           f"take it (internal: layers.dw_post_flat and Codegen._fusable_dws "
+                                           f"disagree)", [dw.name])
                 continue
             out[i] = dw
             mid.pads, mid.fill, mid.tail = [0, 0, 0, 0], None, 0   # (never written: no halo)
@@ -511,13 +519,13 @@ class Codegen:
             first[name] = 0
             last[name] = 0
         for i, layer in enumerate(self.plan.layers):
-            for name in _reads(layer):
+            for name in reads(layer):
                 last[name] = max(last.get(name, i), i)
             first.setdefault(layer.dst, i)
             last[layer.dst] = max(last.get(layer.dst, i), i)
         for i, add in self.fused_adds.items():  # a fused add writes its output during the conv (step i)
             first[add.dst] = min(first[add.dst], i)
-            for name in _reads(add):
+            for name in reads(add):
                 first[name] = min(first.get(name, i), i)
         for name in self.plan.outputs:
             last[name] = steps
@@ -604,6 +612,9 @@ class Codegen:
         elif self.post_unit and self.tiling == "quarter":
             rows_per_tile = min(rows_per_tile, max(-(-ho // 4), -(-8 * n // wo)))
         fdw = self.fused_dws.get(self.layer)   # PPU.dw: one tile, its PPU computes the depthwise layer `fdw`
+        # PPU.dw of stacked pixels (`_fusable_dws`): output block b is pixel phase b (layers._s2d_conv_weights);
+        # its GEMMs write pixel f X + b of a row to accumulator line f X + b, and one PPU.dw reads the whole row
+        phases = dst.s2d if fdw is not None else 1
         if fdw is not None:
             rows_per_tile = ho
         needs_in = loads.get(layer.src, ())
@@ -616,7 +627,7 @@ class Codegen:
             taps = self._conv_taps(layer, wpad, cob, mode, dw_mode)
             lanes = slice(cob * n, min(m, (cob + 1) * n))
             if fdw is not None:
-                pieces = [(0, wo, self.param_dw(layer, fdw, lanes))]
+                pieces = [(0, wo * phases, self.param_dw(layer, fdw, lanes if phases == 1 else slice(0, n)))]
             else:
                 entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out, layer.lo,
                                    layer.hi)
@@ -632,6 +643,9 @@ class Codegen:
                         g = self.weighted([t[3] for t in chunk])
                     for k, (kk, off, cib, data, dwf, skip, si) in enumerate(chunk):
                         f = self._gemm_fields(layer, mode, oy0, rows, kk, off, cib, skip, si)
+                        if phases > 1:
+                            assert (f["n_inner"], f["acc_so"], f["acc_si"]) == (wo, wo, 1) and "acc_off" not in f
+                            f.update(acc_so=wo * phases, acc_si=phases, acc_off=cob)
                         # a deferred PPU (below) of the previous tile goes behind this tile's first GEMMs; with two
                         # accumulator slots the first waits for POST: the PPU before that one reads the slot it writes
                         first = ci == 0 and k == 0
@@ -658,20 +672,24 @@ class Codegen:
                 if self._later_add is not None:  # a tile of few GEMMs: the add goes before its PPU
                     self._later_add[1](g)
                     self._later_add = None
+                if cob % phases != phases - 1:
+                    continue   # (the next phase's GEMMs fill the same accumulators: one PPU.dw after the last)
+                ob = cob // phases   # the output block
 
-                def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, cob=cob, pieces=pieces):
+                def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, ob=ob, pieces=pieces):
                     # (lag: the GEMMs of the next tile emitted before this PPU, which may stream while it waits)
                     fields = self._ppu_fields(layer, mode, acc, rows)
                     out = dst if fdw is None else self.tensor(fdw.dst)
                     if fdw is not None:
-                        fields.update(dw=1, dws=DWS_OF[fdw.strides, tuple(fdw.pads)], out_so=out.wp)
+                        fields.update(dw=1, dws=DWS_OF[fdw.strides, tuple(fdw.pads)], out_so=out.wp,
+                                      n_inner=wo * phases, acc_so=wo * phases)
                     for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
                         f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
-                        self.compute(g, Op.PPU, region=(out.name, cob, oy0, oy0 + rows if fdw is None else out.h),
-                                     out=out.line(cob, oy0, x0), param=e, lag=lag, **f)
+                        self.compute(g, Op.PPU, region=(out.name, ob, oy0, oy0 + rows if fdw is None else out.h),
+                                     out=out.line(ob, oy0, x0), param=e, lag=lag, **f)
                     if self.layer in self.fused_adds:
-                        def add(g, oy0=oy0, rows=rows, cob=cob):
-                            self.emit_add(self.fused_adds[self.layer], loads, cbs=[cob], rows=(oy0, rows))
+                        def add(g, oy0=oy0, rows=rows, ob=ob):
+                            self.emit_add(self.fused_adds[self.layer], loads, cbs=[ob], rows=(oy0, rows))
                         if lag:
                             # the lag PPU starts once the previous tile's GEMMs are done and the add's VEC
                             # issues only after it: behind the GEMM streaming then, not blocking the next
@@ -698,7 +716,7 @@ class Codegen:
                         self.layer, self._halo_pending = now, pending
                     self._later_post = across
                     self._later_region = (dst.name, cob, oy0, oy0 + rows) if fdw is None else \
-                        (fdw.dst, cob, 0, self.tensor(fdw.dst).h)
+                        (fdw.dst, ob, 0, self.tensor(fdw.dst).h)
                 else:
                     if last and self.post_unit:
                         # channel block 0's output halo runs while the array drains (when this last PPU writes
@@ -715,7 +733,7 @@ class Codegen:
         written = self.fused_adds[self.layer].dst if self.layer in self.fused_adds else \
             dst.name if fdw is None else fdw.dst
         end = oy0 + rows if fdw is None else self.tensor(fdw.dst).h
-        self._tail = ((written, cbo - 1, oy0, end), self._tile_cost(layer, rows)[1])
+        self._tail = ((written, (cbo - 1) // phases, oy0, end), self._tile_cost(layer, rows)[1])
 
     def _own_fills(self, g: Group) -> None:
         """v2, in a layer's last pixel tile: this layer's output halo FILLs still pending (POST had no room between
@@ -1012,7 +1030,8 @@ class Codegen:
                     self._image_lines(layer, r)
                 gemm_tile = ntaps * self._gemm_cycles(lines)
         t = self.timing
-        post_tile = t.ppu_busy(r, wo, self.layer in self.fused_dws) + \
+        fused = self.layer in self.fused_dws   # (PPU.dw over stacked pixels: one PPU for the whole row)
+        post_tile = t.ppu_busy(r, wo * (self.tensor(layer.dst).s2d if fused else 1), fused) + \
             (t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * p if self.layer in self.fused_adds else 0)
         # each POST instruction issues IDLE_LAG after the previous one ends; the output's halo FILLs (one run per
         # row: a row's right pad and the next one's left pad) share POST with the tile's PPU
@@ -1166,6 +1185,10 @@ class Codegen:
         if mode == "image":
             (dy, dx), wp = layer.dilations, self.tensor(layer.src).wp
             if (kh - 1) * dy * wp + (kw - 1) * dx >= n:
+                return None
+            # two taps the same distance back (a kernel row wider than the padded row pitch, e.g. a one-pixel
+            # wide input: rows share their pad column) would need one column: not this mode
+            if kh > 1 and (kw - 1) * dx >= dy * wp:
                 return None
             taps = []
             for cib in cibs:
@@ -1651,10 +1674,6 @@ class Codegen:
         return TileProgram(prog, dram, regions, inputs, outputs, io_off, act, layer_records, insn_layer)
 
 
-#: PPU.dws of a fused depthwise layer by (strides, pads)
-DWS_OF = {((1, 1), (1, 1, 1, 1)): 0, ((2, 2), (1, 1, 1, 1)): 2, ((2, 2), (0, 0, 1, 1)): 3}
-
-
 def _dw_entries(fields: dict) -> int:
     """The PARAM entries a PPU reads after its first (PPU.dw: two more)."""
     return isa.DW_POST_ENTRIES - 1 if fields.get("dw") else 0
@@ -1694,12 +1713,6 @@ def _lines(fields: dict) -> int:
 
 def _tile_list(ho: int, r: int) -> list[tuple[int, int]]:
     return [(oy0, min(r, ho - oy0)) for oy0 in range(0, ho, r)]
-
-
-def _reads(layer) -> list[str]:
-    if isinstance(layer, AddLayer):
-        return [layer.a, layer.b]
-    return [layer.src]
 
 
 def _align(x: int, a: int) -> int:

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from hwc import isa
 from hwc.errors import UnsupportedError
 from hwc.ir.graph import Graph, Node
 
@@ -563,15 +565,76 @@ def _s2d_conv_weights(layer: ConvLayer, c: int, fi: int, fo: int, si: int = 0, s
     return wn, sx * fo // fi, -dmin, dmax
 
 
-def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True) -> None:
+def reads(layer) -> list[str]:
+    """The tensors a tile layer reads."""
+    if isinstance(layer, AddLayer):
+        return [layer.a, layer.b]
+    return [layer.src]
+
+
+#: PPU.dws of a depthwise layer fused into the PPU of the convolution before it (features.dw_post), by its
+#: (strides, pads): stride 1 padded by one pixel, or stride 2 padded so (2) or at the bottom and right only (3)
+DWS_OF = {((1, 1), (1, 1, 1, 1)): 0, ((2, 2), (1, 1, 1, 1)): 2, ((2, 2), (0, 0, 1, 1)): 3}
+
+
+def dw_post_pairs(plan: TilePlan) -> dict[int, ConvLayer]:
+    """Layer index of a convolution -> the 3x3 depthwise layer right after it that only it feeds, in a shape
+    PPU.dw computes (`DWS_OF`): the pairs a tile with features.dw_post may run as one layer, as far as the graph
+    goes (the scheduler checks the layout and the sizes, Codegen._fusable_dws)."""
+    layers = plan.layers
+    readers = Counter(name for layer in layers for name in reads(layer))
+    out = {}
+    for i in range(len(layers) - 1):
+        conv, dw = layers[i], layers[i + 1]
+        if not (isinstance(conv, ConvLayer) and isinstance(dw, ConvLayer) and dw.src == conv.dst
+                and conv.group == 1 and conv.op == "QConv" and readers[conv.dst] == 1
+                and conv.dst not in plan.outputs):
+            continue
+        m, c, kh, kw = dw.weight.shape
+        if dw.op == "QConv" and dw.group == m == c and (kh, kw) == (3, 3) and dw.dilations == (1, 1) \
+                and (dw.strides, tuple(dw.pads)) in DWS_OF:
+            out[i] = dw
+    return out
+
+
+def dw_post_flat(plan: TilePlan, target: dict) -> frozenset[str]:
+    """features.dw_post: the inputs of the depthwise layers of `dw_post_pairs` that PPU.dw will take, whatever
+    the stacking, when `space_to_depth(flat=...)` lays them out for it (before stacking: their whole image within
+    a third of the accumulators, a padded row within the row buffers, no residual add of the depthwise layer's
+    output). The search tries that beside the default stacking (`tile.build.schedule`)."""
+    if not target["features"].get("dw_post"):
+        return frozenset()
+    sp = target["scratchpad"]
+    added = {name for layer in plan.layers if isinstance(layer, AddLayer) for name in (layer.a, layer.b)}
+    out = set()
+    for i, dw in dw_post_pairs(plan).items():
+        mid = plan.tensors[plan.layers[i].dst]
+        if mid.h * mid.w <= sp["acc_lines"] // 3 and isa.DWP_MIN_PITCH <= mid.w + 1 <= sp["dw_line_buffer"] \
+                and dw.dst not in added:
+            out.add(plan.layers[i].dst)
+    return frozenset(out)
+
+
+def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: frozenset[str] = frozenset()) -> None:
     """Stack several pixels of a thin tensor (fewer channels than lanes) into one line.
 
     A tensor of C channels is stored with f = N/C pixels per line (f a power of two that
     divides its width): a 16-channel tensor fills the 32 lanes of a 32x32 tile with two
     pixels instead of half the lanes with one. Convolutions are rewritten exactly onto the
     stacked layout (`_s2d_conv_weights`), residual adds are unchanged, global pooling folds
-    the stacked pixels back. Tensors read by max pooling keep one pixel per line."""
-    fixed = set()
+    the stacked pixels back. Tensors read by max pooling keep one pixel per line.
+
+    `flat` (`dw_post_flat`): inputs of depthwise layers that PPU.dw computes (features.dw_post). Such a tensor is
+    never stored: its producer's accumulators hold it. One of whole channel blocks (N or more channels) may be
+    stacked like any other; its producer's GEMMs then write each stacked pixel's block to the accumulator line of
+    that pixel (Codegen.emit_conv), so its reader sees it one pixel per line. A thinner one keeps one pixel per
+    line. Either way the depthwise layer's output keeps one pixel per line (PPU.dw writes it so)."""
+    by_src = {layer.src: layer for layer in plan.layers if isinstance(layer, ConvLayer)}
+    destack = {name for name in flat if plan.tensors[name].c % n_lanes == 0}
+    fixed = (set(flat) - destack) | {by_src[name].dst for name in flat}
+
+    def f_in(layer: ConvLayer) -> int:   # the stacking a convolution reads its input with
+        return 1 if layer.src in destack else f[layer.src]
     for layer in plan.layers:
         if isinstance(layer, MaxPoolLayer):
             fixed.update((layer.src, layer.dst))
@@ -591,7 +654,7 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True) -> None:
         for layer in plan.layers:
             if not isinstance(layer, ConvLayer) or plan.tensors[layer.dst].w == 1:
                 continue
-            fi, fo, sx = f[layer.src], f[layer.dst], layer.strides[1]
+            fi, fo, sx = f_in(layer), f[layer.dst], layer.strides[1]
             want = fi // sx if fi % sx == 0 else 0
             if (sx * fo) % fi and want > fo and plan.tensors[layer.dst].w % want == 0 and layer.dst not in fixed:
                 f[layer.dst] = want
@@ -601,7 +664,7 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True) -> None:
         changed = False
         for layer in plan.layers:
             if isinstance(layer, ConvLayer):
-                fi, fo, sx = f[layer.src], f[layer.dst], layer.strides[1]
+                fi, fo, sx = f_in(layer), f[layer.dst], layer.strides[1]
                 if plan.tensors[layer.dst].w == 1:
                     sx = fi  # one output column: its stride is free
                 if (sx * fo) % fi:
@@ -616,9 +679,10 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True) -> None:
     if all(k == 1 for k in f.values()):
         return
     sh = _shifts(plan, f, n_lanes) if shift else {name: 0 for name in plan.tensors}
+    sh.update({name: 0 for name in destack})   # (its pixels in order in the accumulators)
     for layer in plan.layers:
         if isinstance(layer, ConvLayer):
-            fi, fo = f[layer.src], f[layer.dst]
+            fi, fo = f_in(layer), f[layer.dst]
             if fi == fo == 1:
                 continue
             c = plan.tensors[layer.src].c

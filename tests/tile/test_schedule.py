@@ -640,6 +640,7 @@ def test_depthwise_over_stacked_pixels_runs_in_the_depthwise_mode(target, stride
 @given(st.sampled_from(["tile8x8", "tile32x32"]), st.sampled_from([1, 2]), st.integers(2, 6).map(lambda k: 2 * k),
        st.integers(3, 9), st.sampled_from([2, 3, 5]), st.sampled_from([1, 2]), st.sampled_from([1, 2]),
        st.lists(st.integers(0, 2), min_size=4, max_size=4), st.booleans())
+@example("tile32x32", 1, 6, 5, 5, 2, 2, [2, 1, 2, 2], False)   # (a one-pixel-wide tensor: test below)
 def test_depthwise_over_stacked_pixels_chains(target, blocks, w, h, k, stride, dil, pads, residual):
     """Random chains through depthwise layers over stacked pixels of whole channel blocks (1 or 2 per pixel):
     kernels, strides, dilations and pads drawn; both alignments; exact against the int8 reference."""
@@ -657,6 +658,23 @@ def test_depthwise_over_stacked_pixels_chains(target, blocks, w, h, k, stride, d
     g = b.output(b.conv(z, 3, k=1))
     choice = check_exact(g, t).report["schedule"][0]
     check_exact(g, t, pin=[dict(choice, shift=not choice["shift"])])  # and the other alignment
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+@pytest.mark.parametrize("h,w,stride", [(1, 1, 2), (3, 1, 2), (2, 1, 1), (2, 2, 2)])
+def test_depthwise_over_a_one_pixel_wide_input(target, h, w, stride):
+    """A 3x3 depthwise layer over a tensor one pixel wide: its rows share their pad column, so the padded row pitch
+    (2) is shorter than the kernel row and two taps are the same distance back. The "image" mode (all taps in one
+    GEMM, a column per distance) gave wrong results there on tile32x32 (the cost model picked it); now it does not
+    take such a kernel. Every tiling policy, exact against the int8 reference."""
+    n = TARGETS[target]["array"]["rows"]
+    b = QBuilder(seed=h * 10 + w)
+    x = b.input("x", (1, n, h, w), zp=-2)
+    z = b.conv(x, n, k=3, stride=stride, pads=[1, 1, 1, 1], group=n)
+    g = b.output(b.conv(z, 3, k=1))
+    for tiling in ("cost", "quarter", "max"):
+        check_exact(g, TARGETS[target], pin=[dict(tiling=tiling, loads="eager", split=False, bus_groups=False,
+                                                  shift=False, im2col=False)])
 
 
 @pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
@@ -1064,6 +1082,37 @@ def test_depthwise_in_the_post_processing_any_shape(case):
     fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
     if fused:
         assert all(i.get("n_outer") == case["h"] and i.get("n_inner") == case["w"] for i in fused)
+
+
+@pytest.mark.parametrize("target,c,h,w", [("tile32x32", 16, 8, 10), ("tile8x8", 4, 6, 8), ("tile32x32", 16, 7, 12)])
+def test_depthwise_in_the_post_processing_of_stacked_pixels(target, c, h, w):
+    """MobileNet's 24x24 stretch on tile32x32: a thin input stacked two pixels a line (c = N/2 channels) makes the
+    N-channel 1x1 convolution after it write two pixels a line too (two output blocks, one per pixel). Laid out for
+    PPU.dw (`layers.dw_post_flat`), its GEMMs write pixel 2X + b of block b to accumulator line 2X + b, and one
+    PPU.dw reads the row unstacked: both depthwise layers (stride 1, then 2) fused, exact against the int8
+    reference, faster than the default stacking (pinned), which fuses neither."""
+    from hwc import isa
+
+    t = tile_variant(TARGETS[target], dw_post=True)
+    n = t["array"]["rows"]
+    b = QBuilder(seed=c + h)
+    x = b.input("x", (1, c, h, w), zp=-5)
+    y = b.conv(x, c, k=3, group=c, relu=True)      # (stacked: c channels, two pixels a line)
+    y = b.conv(y, n, k=1, relu=True)
+    y = b.conv(y, n, k=3, group=n, relu=True)
+    y = b.conv(y, n, k=1, relu=True)
+    y = b.conv(y, n, k=3, stride=2, group=n, relu=True)
+    g = b.output(b.conv(y, 2 * n, k=1))
+    art = check_exact(g, t)
+    choice = art.report["schedule"][0]
+    assert choice["flat"] is True
+    prog = isa.from_bytes(art.program)
+    fused = [i for i in prog if i.op == isa.Op.PPU and i.get("dw")]
+    assert len(fused) == 2 and {i.get("n_inner") for i in fused} == {w}
+    assert any(i.get("acc_si") == 2 for i in prog if i.op == isa.Op.GEMM), "a stacked output written unstacked"
+    stacked = check_exact(g, t, pin=[dict(choice, flat=False)])
+    assert stacked.report["cycles"] > art.report["cycles"]
+    assert not any(i.get("dw") for i in isa.from_bytes(stacked.program) if i.op == isa.Op.PPU)
 
 
 def test_depthwise_in_the_post_processing_needs_its_pairs():
