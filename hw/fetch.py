@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 from hwc import isa
 
 from . import dsp
-from .params import DRAM_ADDR_BITS, PC_BITS, TileParams, field, opcode
+from .params import DRAM_ADDR_BITS, PC_BITS, TileParams, dw_out_rows, field, opcode
 
 PREDECODE_STAGES = isa.PREDECODE_STAGES
 #: the head instruction's unit, one-hot in this order (NOP sets none)
@@ -67,9 +67,10 @@ def _ranges(w, p: TileParams, ni_dw=None) -> dict:
     rows = {o: (f(o, "rows"), f(o, "row_beats")) for o in (O.LOAD, O.STORE)}
     loops = {o: (f(o, "n_outer"), f(o, "n_inner")) for o in (O.GEMM, O.PPU, O.VEC)}
     out_dims = loops[O.PPU]
-    if p.dw_post:   # PPU.dw with stride 2 writes every other row and column (isa.ppu_out_dims)
-        dws = f(O.PPU, "dws")
-        out_dims = tuple(Mux(dws[1], (v + 1 - dws[0]) >> 1, v) for v in loops[O.PPU])
+    if p.dw_post:   # PPU.dw with stride 2 writes every other row and column, not its context rows (isa.ppu_out_dims)
+        dws, dwc = f(O.PPU, "dws"), f(O.PPU, "dwc")
+        no, ni = loops[O.PPU]
+        out_dims = (Mux(dws[1] | dwc.any(), dw_out_rows(w), no)[:len(no)], Mux(dws[1], (ni + 1 - dws[0]) >> 1, ni))
     return {
         O.LOAD: [(f(O.LOAD, "dram"), rows[O.LOAD][0], f(O.LOAD, "dram_stride"), rows[O.LOAD][1], one, ext),
                  (f(O.LOAD, "sram"), rows[O.LOAD][0], f(O.LOAD, "sram_stride"), rows[O.LOAD][1], one, load_limit)],
@@ -127,8 +128,10 @@ def _flags(w, p: TileParams, ni_dw=None) -> dict:
         # PPU.dw (features.dw_post): a row pitch (n_inner + 1) the row buffers hold; it reads three PARAM entries
         O.PPU: ((zero(O.PPU, "n_outer", "n_inner") | (f(O.PPU, "dw") & ((f(O.PPU, "n_inner") + 1 < isa.DWP_MIN_PITCH)
                                                                        | (f(O.PPU, "n_inner") + 1 > p.dw_lines)))
-                  | (f(O.PPU, "dws").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dws") == 1))))
-                 if p.dw_post else zero(O.PPU, "n_outer", "n_inner") | f(O.PPU, "dw") | f(O.PPU, "dws").any(),
+                  | (f(O.PPU, "dws").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dws") == 1)))
+                  | (f(O.PPU, "dwc").any() & (~f(O.PPU, "dw") | (dw_out_rows(w) <= 0))))
+                 if p.dw_post else zero(O.PPU, "n_outer", "n_inner") | f(O.PPU, "dw") | f(O.PPU, "dws").any()
+                 | f(O.PPU, "dwc").any(),
                  f(O.PPU, "param") + (f(O.PPU, "dw") * (isa.DW_POST_ENTRIES - 1) if p.dw_post else 0)
                  >= p.param_entries),
         O.VEC: (zero(O.VEC, "n_outer", "n_inner") | (f(O.VEC, "op") > max(isa.VecOp)),

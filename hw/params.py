@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Value
+from amaranth.hdl import Mux, Value
 
 from hwc import isa
 
@@ -144,6 +144,13 @@ def field(word: Value, op: isa.Op, name: str) -> Value:
     pos, f = isa.LAYOUT[op][name]
     v = word[pos:pos + f.width]
     return v.as_signed() if f.signed else v
+
+
+def dw_out_rows(word: Value) -> Value:
+    """PPU.dw's output rows (isa.ppu_out_dims; signed: none or fewer with context rows, a BAD_FIELD). Stride 2:
+    the rows of phase dws[0] in dwc[0] .. n_outer - 1 - dwc[1]."""
+    no, dws, dwc = (field(word, isa.Op.PPU, k) for k in ("n_outer", "dws", "dwc"))
+    return Mux(dws[1], ((no + 1 - dwc[1] - dws[0]) >> 1) - (dwc[0] & ~dws[0]), no - dwc[0] - dwc[1])
 
 
 def opcode(word: Value) -> Value:

@@ -52,7 +52,7 @@ from hwc.quant import arith
 
 from . import dsp
 from .loop import loop2d
-from .params import DUP, TileParams, bits_for, field
+from .params import DUP, TileParams, bits_for, dw_out_rows, field
 
 PIPE_LATENCY = isa.POST_PIPE_STAGES
 assert PIPE_LATENCY == 13 and dsp.LATENCY == 2, "PostPipe below is written with thirteen register stages"
@@ -263,9 +263,11 @@ class PostEngine(wiring.Component):
         # then), not on `start`: the wide enables start from the engine's own registers, not from the
         # issue decision (hw/tile.py), which only sets the state
         capture = ~self.busy
-        # (PPU.dw: n_outer + 1 rows of n_inner + 1 positions, position (i, j) reading ACC line (i, j - 1))
+        # (PPU.dw: n_outer + 1 rows of n_inner + 1 positions, position (i, j) reading ACC line (i, j - 1); no
+        # bottom pad row after a context row, PPU.dwc bit 1)
         loop = loop2d(m, "pp", load=capture, step=step,
-                      n_outer=sel("n_outer", "n_outer") + w_dw if dwp else sel("n_outer", "n_outer"),
+                      n_outer=sel("n_outer", "n_outer") + (w_dw & ~field(w, ppu, "dwc")[1]) if dwp
+                      else sel("n_outer", "n_outer"),
                       n_inner=sel("n_inner", "n_inner") + w_dw if dwp else sel("n_inner", "n_inner"),
                       streams=[(Mux(w_dw, field(w, ppu, "acc") - field(w, ppu, "acc_si"), sel("a", "acc"))
                                 if dwp else sel("a", "acc"),
@@ -357,20 +359,25 @@ class PostEngine(wiring.Component):
             # position (i, j) of the padded stream: a pad in the bottom row and in column 0 (the left pad, which is
             # also the right pad of the row before); it completes the window of output (i - 1, j - 2) for j >= 2,
             # of output (i - 2, n_inner - 1) for j = 0. The outputs come in row-major order: their own loop.
-            pad = Mux(extra, 1, loop.last_i | (loop.j == 0))
-            outv = Mux(extra, 1, ((loop.i != 0) & (loop.j >= 2)) | ((loop.i >= 2) & (loop.j == 0)))
+            # Context rows (PPU.dwc): no bottom pad row after the last (bit 1); the first's outputs (0, x) complete at
+            # (1, x + 2) and (2, 0): not written (bit 0)
+            dwc = Signal(2)
+            pad = Mux(extra, 1, (loop.last_i & ~dwc[1]) | (loop.j == 0))
+            outv = Mux(extra, 1, (((loop.i != 0) & (loop.j >= 2)) | ((loop.i >= 2) & (loop.j == 0)))
+                       & ~(dwc[0] & Mux(loop.j == 0, loop.i == 2, loop.i == 1)))
             # PPU.dws (stride 2): only the stride-1 outputs (y, x) with y and x of the phase dws[0]; the parity of
             # y (i - 1, i - 2, or n_outer - 1 for the last position) and of x (j - 2, or n_inner - 1)
             dws, no_odd, ni_odd = Signal(2), Signal(), Signal()   # (n - 1) & 1 of the tile's counts
             with m.If(capture):
-                m.d.sync += [dws.eq(field(w, ppu, "dws")), no_odd.eq(~field(w, ppu, "n_outer")[0]),
+                m.d.sync += [dws.eq(field(w, ppu, "dws")), dwc.eq(field(w, ppu, "dwc")),
+                             no_odd.eq(field(w, ppu, "n_outer")[0] == field(w, ppu, "dwc")[1]),
                              ni_odd.eq(~field(w, ppu, "n_inner")[0])]
             ypar = Mux(extra, no_odd, Mux(loop.j == 0, loop.i[0], ~loop.i[0]))
             xpar = Mux(extra | (loop.j == 0), ni_odd, loop.j[0])
             outv = outv & (~dws[1] | ((ypar == dws[0]) & (xpar == dws[0])))
-            w_dws = field(w, ppu, "dws")
-            odims = [Mux(w_dws[1], (field(w, ppu, k) + 1 - w_dws[0]) >> 1, field(w, ppu, k))
-                     for k in ("n_outer", "n_inner")]
+            w_dws, w_dwc = field(w, ppu, "dws"), field(w, ppu, "dwc")
+            odims = [Mux(w_dws[1] | w_dwc.any(), dw_out_rows(w), field(w, ppu, "n_outer"))[:12],
+                     Mux(w_dws[1], (field(w, ppu, "n_inner") + 1 - w_dws[0]) >> 1, field(w, ppu, "n_inner"))]
             oloop = loop2d(m, "dwo", load=capture, step=is_dw & (step | extra) & outv,
                            n_outer=odims[0], n_inner=odims[1],
                            streams=[(field(w, ppu, "out"), field(w, ppu, "out_so"), field(w, ppu, "out_si"),

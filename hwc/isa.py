@@ -111,19 +111,28 @@ DWP_ROWS = 3
 DWP_MIN_PITCH = 4
 
 
-def ppu_dw_positions(n_outer: int, n_inner: int) -> int:
-    """The stream positions of a PPU.dw: the tile's rows and the bottom pad row at a pitch of n_inner + 1 (the left
-    pad column is the row before's right pad), and the last output's bottom-right pad."""
-    return (n_outer + 1) * (n_inner + 1) + 1
+def ppu_dw_positions(n_outer: int, n_inner: int, dwc: int = 0) -> int:
+    """The stream positions of a PPU.dw: the tile's rows and the bottom pad row (not after a context row, `dwc`
+    bit 1) at a pitch of n_inner + 1 (the left pad column is the row before's right pad), and the last output's
+    bottom-right pad."""
+    return (n_outer + 1 - (dwc >> 1)) * (n_inner + 1) + 1
 
 
-def ppu_out_dims(n_outer: int, n_inner: int, dws: int = 0) -> tuple[int, int]:
+def ppu_dw_rows(n_outer: int, dws: int = 0, dwc: int = 0) -> list[int]:
+    """The tile rows whose stride-1 outputs a PPU.dw writes: all but context rows (`dwc` bit 0 the first, bit 1
+    the last: rows of the image another PPU.dw writes, here only read), and with stride 2 (`dws` 2 or 3) those of
+    the phase dws & 1 (the tile's row 0 counts as even)."""
+    rows = range(dwc & 1, n_outer - (dwc >> 1))
+    return [y for y in rows if dws < 2 or y % 2 == dws & 1]
+
+
+def ppu_out_dims(n_outer: int, n_inner: int, dws: int = 0, dwc: int = 0) -> tuple[int, int]:
     """The output grid of a PPU (PPU.dw with stride 2, `dws` = 2 or 3: every other row and column of the
-    stride-1 outputs, from the first (2) or the second (3))."""
+    stride-1 outputs, from the first (2) or the second (3); without its context rows, `dwc`, `ppu_dw_rows`)."""
     if dws < 2:
-        return n_outer, n_inner
+        return n_outer - (dwc & 1) - (dwc >> 1), n_inner
     phase = dws & 1
-    return (n_outer + 1 - phase) >> 1, (n_inner + 1 - phase) >> 1
+    return len(ppu_dw_rows(n_outer, dws, dwc)), (n_inner + 1 - phase) >> 1
 
 
 def dwp_delays(n: int, pitch: int, dw9: bool = False) -> list[int | None]:
@@ -194,6 +203,10 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
         F("dws", 2, "with dw: 0 stride 1; 2 stride 2 with one pixel of padding on every side (the outputs at even "
           "rows and columns of the stride-1 ones); 3 stride 2 padded only at the bottom and the right (the odd "
           "ones); 1 is a BAD_FIELD. The outputs: ppu_out_dims", default=0),
+        F("dwc", 2, "with dw, context rows: bit 0 the tile's first row, bit 1 its last, are rows of the image, not "
+          "padding, whose outputs this PPU does not write (another PPU.dw's tile holds the rows around them): a "
+          "tile of whole rows of a taller image (ppu_dw_rows). A BAD_FIELD without dw or without an output row",
+          default=0),
     ),
     Op.VEC: (
         F("op", 2, "VecOp: MAX or ADD"),
@@ -461,10 +474,10 @@ class Timing:
     FILL_OVERHEAD: int       # 1 + WL: one write request per cycle from issue + 1, performed WL later
     IDLE_LAG: int            # a unit's end (GEMM: stream start) is seen by the issue stage this much later
 
-    def ppu_busy(self, n_outer: int, n_inner: int, dw: int = 0) -> int:
+    def ppu_busy(self, n_outer: int, n_inner: int, dw: int = 0, dwc: int = 0) -> int:
         """Cycles a PPU keeps its unit busy (PPU.dw: the padded rows at a pitch of n_inner + 1, and the stage)."""
         if dw:
-            return self.PPU_DW_OVERHEAD + ppu_dw_positions(n_outer, n_inner)
+            return self.PPU_DW_OVERHEAD + ppu_dw_positions(n_outer, n_inner, dwc)
         return self.PPU_OVERHEAD + n_outer * n_inner
 
     @classmethod

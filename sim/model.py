@@ -174,6 +174,7 @@ class TileModel:
             counts = (f["n_outer"], f["n_inner"])
             bad = bool(f["dw"] and not (self.dw_post and isa.DWP_MIN_PITCH <= f["n_inner"] + 1 <= self.dw_lines))
             bad = bad or bool(f["dws"] and (not f["dw"] or f["dws"] == 1))
+            bad = bad or bool(f["dwc"] and not (f["dw"] and isa.ppu_dw_rows(f["n_outer"], f["dws"], f["dwc"])))
         elif op == Op.VEC:
             counts, bad = (f["n_outer"], f["n_inner"]), f["op"] > max(isa.VecOp)
         elif op == Op.FILL:
@@ -196,7 +197,7 @@ class TileModel:
             return [(f["act"], no, f["act_so"], ni, f["act_si"], self.act_lines),
                     (f["acc"], no, f["acc_so"], ni - f["skip"], f["acc_si"], self.acc_lines)]
         if op == Op.PPU:
-            oo, oi = isa.ppu_out_dims(no, ni, f["dws"])
+            oo, oi = isa.ppu_out_dims(no, ni, f["dws"], f["dwc"])
             return [(f["acc"], no, f["acc_so"], ni, f["acc_si"], self.acc_lines),
                     (f["out"], oo, f["out_so"], oi, f["out_si"], self.act_lines)]
         if op == Op.VEC:
@@ -319,7 +320,7 @@ class TileModel:
                 if op == Op.PPU and f["lag"] and self.post_unit:
                     ti = max(ti, older[-f["lag"]] + lag)
                 if op == Op.PPU:
-                    end = ti + t.ppu_busy(f["n_outer"], f["n_inner"], f["dw"])
+                    end = ti + t.ppu_busy(f["n_outer"], f["n_inner"], f["dw"], f["dwc"])
                     if data:
                         self._ppu(f)
                 elif op == Op.VEC:
@@ -429,13 +430,15 @@ class TileModel:
             taps = np.frombuffer(self.param[(f["param"] + 2) * self.t.PARAM_ENTRY_BEATS:].tobytes(), np.int8,
                                  9 * n).reshape(3, 3, n).astype(np.int32)
             s = sum(taps[ky, kx] * yp[ky:ky + no, kx:kx + ni] for ky in range(3) for kx in range(3))
-            if f["dws"]:   # stride 2: every other stride-1 output, from the first or the second
-                s = s[f["dws"] & 1::2, f["dws"] & 1::2]
+            # the rows it writes: not context rows (dwc); stride 2: every other one, from the first or the second
+            s = s[isa.ppu_dw_rows(no, f["dws"], f["dwc"])]
+            if f["dws"]:   # (and every other column)
+                s = s[:, f["dws"] & 1::2]
             pe = self._entry(f["param"] + 1)
             shift = np.clip(pe["shift"], arith.SHIFT_MIN, arith.SHIFT_MAX)
             y = arith.requantize(s.reshape(-1, n) + pe["bias"], pe["mult"], shift, pe["z_out"], pe["lo"],
                                  pe["hi"])
-        oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"])
+        oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"], f["dwc"])
         _scatter(self.act, _grid(f["out"], oo, f["out_so"], oi, f["out_si"]), y)
 
     def _vec(self, f: dict) -> None:

@@ -93,7 +93,7 @@ class RandomProgram:
         elif op == Op.PPU:
             rd |= grid("acc", f["acc"], f["n_outer"], f["acc_so"], f["n_inner"], f["acc_si"])
             rd |= {("param", f["param"] * self.peb + b) for b in range(self.peb * (3 if f["dw"] else 1))}
-            oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"])
+            oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"], f["dwc"])
             wr |= grid("act", f["out"], oo, f["out_so"], oi, f["out_si"])
         elif op == Op.VEC:
             rd |= grid("act", f["a"], f["n_outer"], f["in_so"], f["n_inner"], f["in_si"])
@@ -201,17 +201,19 @@ class RandomProgram:
                              act_so=act_so, act_si=act_si, acc_so=acc_so, acc_si=acc_si,
                              reset=int(r.integers(0, 2)), dw=dw, skip=skip, dwp=dwp, dw9=dw9)
         if kind == "ppu_dw":   # PPU.dw: a tile of up to 5 rows, a row pitch (n_inner + 1) the row buffers hold,
-            # stride 1 or 2 (either phase)
+            # stride 1 or 2 (either phase), context rows or not
             no, ni = int(r.integers(1, 6)), int(r.integers(isa.DWP_MIN_PITCH - 1, min(self.dw_lines, 12)))
             dws = int(r.choice([0, 2, 3]))
-            if dws == 3:
-                no = max(no, 2)
+            dwc = int(r.integers(0, 4)) if r.random() < 0.5 else 0
+            while not isa.ppu_dw_rows(no, dws, dwc):
+                no += 1
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
             if acc_so < 0 or acc_si < 0:
                 acc, acc_so, acc_si = int(r.integers(0, self.ACC - ni)), 0, 1
-            out, out_so, out_si = self._out(*isa.ppu_out_dims(no, ni, dws), set())
+            out, out_so, out_si = self._out(*isa.ppu_out_dims(no, ni, dws, dwc), set())
             return self.emit(Op.PPU, acc=acc, out=out, n_outer=no, n_inner=ni, acc_so=acc_so, acc_si=acc_si,
                              out_so=out_so, out_si=out_si, param=int(r.integers(0, self.PE - 2)), dw=1, dws=dws,
+                             dwc=dwc,
                              lag=int(r.integers(1, isa.PPU_MAX_LAG + 1)) if r.random() < 0.5 else 0)
         if kind == "ppu":
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
@@ -545,7 +547,13 @@ DW_POST_ERRORS = {"err_ppu_dw_short_pitch": (dict(n_inner=isa.DWP_MIN_PITCH - 2)
                   # stride 2 writes 3 x 3 outputs of the 5 x 5 tile (out_so 5): lines out .. out + 12
                   "err_ppu_dws_out": (dict(n_outer=5, dws=2, out=-12), E.OUT_OF_RANGE),
                   "err_ppu_dw_long_pitch": (dict(n_inner=-1), E.BAD_FIELD),
-                  "err_ppu_dw_param": (dict(param=-2), E.OUT_OF_RANGE)}
+                  "err_ppu_dw_param": (dict(param=-2), E.OUT_OF_RANGE),
+                  "err_ppu_dwc_without_dw": (dict(dw=0, dwc=1), E.BAD_FIELD),
+                  # two rows, both context: no output row; three, stride 2 from the first, the middle one context
+                  "err_ppu_dwc_no_rows": (dict(dwc=3), E.BAD_FIELD),
+                  "err_ppu_dwc_no_phase_rows": (dict(n_outer=3, dws=2, dwc=3), E.BAD_FIELD),
+                  # context rows write fewer rows: 3 of the 5 (out_so 5), lines out .. out + 14
+                  "err_ppu_dwc_out": (dict(n_outer=5, dwc=3, out=-14), E.OUT_OF_RANGE)}
 
 
 def dw_post_error_workloads(t: dict) -> list[programs.Workload]:
@@ -562,8 +570,13 @@ def dw_post_error_workloads(t: dict) -> list[programs.Workload]:
     # one line lower the stride-2 outputs fit (the range check counts them, not the tile's 5 x 5): not an error
     f = dict(acc=0, out=t["scratchpad"]["act_lines"] - 13, n_outer=5, n_inner=5, acc_so=5, acc_si=1, out_so=5,
              out_si=1, param=0, dw=1, dws=2)
-    ok = bad_workload(t, "ok_ppu_dws_fits", isa.make(Op.PPU, **f))
     four = 4 * t["array"]["rows"]  # both STOREs ran: lines d0 .. d0 + 3 and d0 + 8 .. d0 + 11
+    ok = bad_workload(t, "ok_ppu_dws_fits", isa.make(Op.PPU, **f))
+    ok.expect = [(ok.expect[0][0], bytes([5]) * four + bytes(four) + bytes([5]) * four)]
+    out.append(ok)
+    # nor are the 3 rows of a 5-row tile with both context rows one line lower (lines out .. out + 14)
+    f = dict(f, out=t["scratchpad"]["act_lines"] - 15, dws=0, dwc=3)
+    ok = bad_workload(t, "ok_ppu_dwc_fits", isa.make(Op.PPU, **f))
     ok.expect = [(ok.expect[0][0], bytes([5]) * four + bytes(four) + bytes([5]) * four)]
     out.append(ok)
     return out

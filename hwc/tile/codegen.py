@@ -248,7 +248,7 @@ class Codegen:
             if (mid.s2d != 1 and not (stacked and mid.c == mid.s2d * self.n and mid.shift == 0
                                       and width == mid.w0)) \
                     or dst.s2d != 1 or not isa.DWP_MIN_PITCH <= width + 1 <= self.dw_lines \
-                    or mid.h * width > self._acc_cap():
+                    or min(mid.h, 4) * width > self._acc_cap():
                 if stacked:
                     raise UnsupportedError(f"layer {dw.name!r}: its input was laid out for PPU.dw, which cannot "
                                            f"take it (internal: layers.dw_post_flat and Codegen._fusable_dws "
@@ -615,125 +615,176 @@ class Codegen:
         # PPU.dw of stacked pixels (`_fusable_dws`): output block b is pixel phase b (layers._s2d_conv_weights);
         # its GEMMs write pixel f X + b of a row to accumulator line f X + b, and one PPU.dw reads the whole row
         phases = dst.s2d if fdw is not None else 1
-        if fdw is not None:
-            rows_per_tile = ho
         needs_in = loads.get(layer.src, ())
         tiles = _tile_list(ho, rows_per_tile)
-        if fdw is not None:
+        bands = None
+        if fdw is not None:   # row bands of the image, each tile with the rows around it (`_dw_bands`)
+            bands = self._dw_bands(layer, fdw, len(self._conv_taps(layer, wpad, 0, mode, dw_mode)), cbo // phases)
+            tiles = [(r0, rows) for r0, rows, *_ in bands]
             self._tail = None
         elif self.post_unit:
             tiles = self._stagger(layer, mode, tiles, self._conv_taps(layer, wpad, 0, mode, dw_mode), dw_cost)
-        for cob in range(cbo):
-            taps = self._conv_taps(layer, wpad, cob, mode, dw_mode)
-            lanes = slice(cob * n, min(m, (cob + 1) * n))
-            if fdw is not None:
-                pieces = [(0, wo * phases, self.param_dw(layer, fdw, lanes if phases == 1 else slice(0, n)))]
-            else:
-                entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out, layer.lo,
-                                   layer.hi)
-                pieces = self._ppu_pieces(layer, lanes, entry, mode)
-            chunks = [taps[i:i + self.bank_blocks] for i in range(0, len(taps), self.bank_blocks)]
-            g = self.weighted([t[3] for t in chunks[0]]) if len(chunks) == 1 else None
-            acc = self._acc_base()
-            for ti, (oy0, rows) in enumerate(tiles):
-                gi = streamed = 0   # GEMMs of this tile emitted so far, their estimated array cycles
-                last = cob == cbo - 1 and ti == len(tiles) - 1   # its PPU drains the array: FILLs may go first
-                for ci, chunk in enumerate(chunks):
-                    if len(chunks) > 1:  # the cob's weights exceed a bank: reload them per pixel tile
-                        g = self.weighted([t[3] for t in chunk])
-                    for k, (kk, off, cib, data, dwf, skip, si) in enumerate(chunk):
-                        f = self._gemm_fields(layer, mode, oy0, rows, kk, off, cib, skip, si)
-                        if phases > 1:
-                            assert (f["n_inner"], f["acc_so"], f["acc_si"]) == (wo, wo, 1) and "acc_off" not in f
-                            f.update(acc_so=wo * phases, acc_si=phases, acc_off=cob)
-                        # a deferred PPU (below) of the previous tile goes behind this tile's first GEMMs; with two
-                        # accumulator slots the first waits for POST: the PPU before that one reads the slot it writes
-                        first = ci == 0 and k == 0
-                        tile_end = ci == len(chunks) - 1 and k == len(chunk) - 1
-                        if self._later_post and self._later_region and _overlaps(f["region"], self._later_region):
-                            later, self._later_post = self._later_post, None   # (the previous layer's last PPU
-                            later(g, gi)                                        # writes what this GEMM reads)
-                        self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc + f.pop("acc_off", 0),
-                                     reset=int(first), dw=dwf, skip=skip, dw9=int(len(data) > n * n),
-                                     wait=Wait.POST if first and self._later_post and self.acc_slots == 2
-                                     else Wait.NONE,
-                                     drip=not (tile_end and self.lag_ppu and not last),
-                                     drains=tile_end and last, **f)
-                        gi += 1
-                        streamed += self._gemm_cycles(f["n_outer"] * f["n_inner"])
-                        if self._later_post and (streamed >= self._lag_cover or gi == isa.PPU_MAX_LAG or tile_end):
-                            if cob == cbo - 1 and ti == len(tiles) - 1:
-                                self._own_fills(g)
-                            later, self._later_post = self._later_post, None
-                            later(g, gi)
-                        if self._later_add is not None and gi >= self._later_add[0]:
-                            self._later_add[1](g)
-                            self._later_add = None
-                if self._later_add is not None:  # a tile of few GEMMs: the add goes before its PPU
-                    self._later_add[1](g)
-                    self._later_add = None
-                if cob % phases != phases - 1:
-                    continue   # (the next phase's GEMMs fill the same accumulators: one PPU.dw after the last)
-                ob = cob // phases   # the output block
-
-                def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, ob=ob, pieces=pieces):
-                    # (lag: the GEMMs of the next tile emitted before this PPU, which may stream while it waits)
-                    fields = self._ppu_fields(layer, mode, acc, rows)
-                    out = dst if fdw is None else self.tensor(fdw.dst)
-                    if fdw is not None:
-                        fields.update(dw=1, dws=DWS_OF[fdw.strides, tuple(fdw.pads)], out_so=out.wp,
-                                      n_inner=wo * phases, acc_so=wo * phases)
-                    for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
-                        f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
-                        self.compute(g, Op.PPU, region=(out.name, ob, oy0, oy0 + rows if fdw is None else out.h),
-                                     out=out.line(ob, oy0, x0), param=e, lag=lag, **f)
-                    if self.layer in self.fused_adds:
-                        def add(g, oy0=oy0, rows=rows, ob=ob):
-                            self.emit_add(self.fused_adds[self.layer], loads, cbs=[ob], rows=(oy0, rows))
-                        if lag:
-                            # the lag PPU starts once the previous tile's GEMMs are done and the add's VEC
-                            # issues only after it: behind the GEMM streaming then, not blocking the next
-                            t = self.timing
-                            gemm = self._gemm_cycles(rows * wo)
-                            self._later_add = (lag + -(-(t.GEMM_LATENCY + t.PPU_OVERHEAD + rows * wo) // gemm), add)
-                        else:
-                            add(g)
-
-                if self._lags(layer, mode, taps, rows) and not last:
-                    # v2, PPU.lag: the PPU issues behind the next tile's first k GEMMs and waits only for the
-                    # GEMMs before those, so the array streams on instead of draining at every tile. k: as
-                    # few as stream long enough to cover the wait for this tile's last GEMM to complete and
-                    # the next GEMM's preload (`_lag_cover`); behind one short GEMM the array would idle (`_lags`)
-                    self._later_post = post
-                    self._later_region = None
-                elif last and self._lag_across(layer):
-                    # the layer's last PPU lags into the next layer's first GEMMs that do not read what it
-                    # writes (`_later_region`; the next layer's first tile reads those rows last, `_stagger`)
-                    def across(g, lag, me=self.layer, post=post):
-                        now, pending = self.layer, self._halo_pending   # (the next layer's halo waits for
-                        self.layer, self._halo_pending = me, None       # that layer's own first PPU)
-                        post(g, lag)
-                        self.layer, self._halo_pending = now, pending
-                    self._later_post = across
-                    self._later_region = (dst.name, cob, oy0, oy0 + rows) if fdw is None else \
-                        (fdw.dst, ob, 0, self.tensor(fdw.dst).h)
+        # (output block, pixel tile) in turn: block by block; PPU.dw over stacked pixels: the phases of a tile
+        # one after the other, into one accumulator tile
+        order = [(cob, ti) for cob in range(cbo) for ti in range(len(tiles))] if phases == 1 else \
+            [(ob * phases + b, ti) for ob in range(cbo // phases) for ti in range(len(tiles)) for b in range(phases)]
+        per_block = {}
+        acc = self._acc_base()
+        for cob, ti in order:
+            if cob not in per_block:
+                taps = self._conv_taps(layer, wpad, cob, mode, dw_mode)
+                lanes = slice(cob * n, min(m, (cob + 1) * n))
+                if fdw is not None:
+                    pieces = [(0, wo * phases, self.param_dw(layer, fdw, lanes if phases == 1 else slice(0, n)))]
                 else:
-                    if last and self.post_unit:
-                        # channel block 0's output halo runs while the array drains (when this last PPU writes
-                        # another block): the next layer's first GEMMs read it and need not wait behind the PPU
-                        # (all the other blocks' halos too measured slower on MobileNet tile32x32)
-                        mine = [d for d in self._drip if d[0] == self.layer and d[1][1] == 0 != cob]
-                        self._drip = [d for d in self._drip if d not in mine]
-                        for d in mine:
-                            self._emit_fill(g, *d[1:])
-                    post(g)
-                acc = self._next_acc()
+                    entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out,
+                                       layer.lo, layer.hi)
+                    pieces = self._ppu_pieces(layer, lanes, entry, mode)
+                chunks = [taps[i:i + self.bank_blocks] for i in range(0, len(taps), self.bank_blocks)]
+                per_block[cob] = taps, pieces, chunks
+            taps, pieces, chunks = per_block[cob]
+            if len(chunks) == 1 and (ti == 0 or phases > 1):
+                g = self.weighted([t[3] for t in chunks[0]])
+            oy0, rows = tiles[ti]
+            gi = streamed = 0   # GEMMs of this tile emitted so far, their estimated array cycles
+            last = cob == cbo - 1 and ti == len(tiles) - 1   # its PPU drains the array: FILLs may go first
+            for ci, chunk in enumerate(chunks):
+                if len(chunks) > 1:  # the cob's weights exceed a bank: reload them per pixel tile
+                    g = self.weighted([t[3] for t in chunk])
+                for k, (kk, off, cib, data, dwf, skip, si) in enumerate(chunk):
+                    f = self._gemm_fields(layer, mode, oy0, rows, kk, off, cib, skip, si)
+                    if phases > 1:
+                        assert (f["n_inner"], f["acc_so"], f["acc_si"]) == (wo, wo, 1) and "acc_off" not in f
+                        f.update(acc_so=wo * phases, acc_si=phases, acc_off=cob)
+                    # a deferred PPU (below) of the previous tile goes behind this tile's first GEMMs; with two
+                    # accumulator slots the first waits for POST: the PPU before that one reads the slot it writes
+                    first = ci == 0 and k == 0
+                    tile_end = ci == len(chunks) - 1 and k == len(chunk) - 1
+                    if self._later_post and self._later_region and _overlaps(f["region"], self._later_region):
+                        later, self._later_post = self._later_post, None   # (the previous layer's last PPU
+                        later(g, gi)                                        # writes what this GEMM reads)
+                    self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc + f.pop("acc_off", 0),
+                                 reset=int(first), dw=dwf, skip=skip, dw9=int(len(data) > n * n),
+                                 wait=Wait.POST if first and self._later_post and self.acc_slots == 2
+                                 else Wait.NONE,
+                                 drip=not (tile_end and self.lag_ppu and not last),
+                                 drains=tile_end and last, **f)
+                    gi += 1
+                    streamed += self._gemm_cycles(f["n_outer"] * f["n_inner"])
+                    if self._later_post and (streamed >= self._lag_cover or gi == isa.PPU_MAX_LAG or tile_end):
+                        if cob == cbo - 1 and ti == len(tiles) - 1:
+                            self._own_fills(g)
+                        later, self._later_post = self._later_post, None
+                        later(g, gi)
+                    if self._later_add is not None and gi >= self._later_add[0]:
+                        self._later_add[1](g)
+                        self._later_add = None
+            if self._later_add is not None:  # a tile of few GEMMs: the add goes before its PPU
+                self._later_add[1](g)
+                self._later_add = None
+            if cob % phases != phases - 1:
+                continue   # (the next phase's GEMMs fill the same accumulators: one PPU.dw after the last)
+            ob = cob // phases   # the output block
+
+            # the rows it writes: the tile's; PPU.dw: its band's (`_dw_bands`)
+            w0, w1 = (oy0, oy0 + rows) if fdw is None else bands[ti][3]
+
+            def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, ob=ob, pieces=pieces, ti=ti, w0=w0, w1=w1):
+                # (lag: the GEMMs of the next tile emitted before this PPU, which may stream while it waits)
+                fields = self._ppu_fields(layer, mode, acc, rows)
+                out = dst if fdw is None else self.tensor(fdw.dst)
+                if fdw is not None:
+                    fields.update(dw=1, dws=DWS_OF[fdw.strides, tuple(fdw.pads)], dwc=bands[ti][2], out_so=out.wp,
+                                  n_inner=wo * phases, acc_so=wo * phases)
+                for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
+                    f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
+                    self.compute(g, Op.PPU, region=(out.name, ob, w0, w1), out=out.line(ob, w0, x0), param=e,
+                                 lag=lag, **f)
+                if self.layer in self.fused_adds:
+                    def add(g, oy0=oy0, rows=rows, ob=ob):
+                        self.emit_add(self.fused_adds[self.layer], loads, cbs=[ob], rows=(oy0, rows))
+                    if lag:
+                        # the lag PPU starts once the previous tile's GEMMs are done and the add's VEC
+                        # issues only after it: behind the GEMM streaming then, not blocking the next
+                        t = self.timing
+                        gemm = self._gemm_cycles(rows * wo)
+                        self._later_add = (lag + -(-(t.GEMM_LATENCY + t.PPU_OVERHEAD + rows * wo) // gemm), add)
+                    else:
+                        add(g)
+
+            if self._lags(layer, mode, taps, rows) and not last:
+                # v2, PPU.lag: the PPU issues behind the next tile's first k GEMMs and waits only for the
+                # GEMMs before those, so the array streams on instead of draining at every tile. k: as
+                # few as stream long enough to cover the wait for this tile's last GEMM to complete and
+                # the next GEMM's preload (`_lag_cover`); behind one short GEMM the array would idle (`_lags`)
+                self._later_post = post
+                self._later_region = None
+            elif last and self._lag_across(layer):
+                # the layer's last PPU lags into the next layer's first GEMMs that do not read what it
+                # writes (`_later_region`; the next layer's first tile reads those rows last, `_stagger`)
+                def across(g, lag, me=self.layer, post=post):
+                    now, pending = self.layer, self._halo_pending   # (the next layer's halo waits for
+                    self.layer, self._halo_pending = me, None       # that layer's own first PPU)
+                    post(g, lag)
+                    self.layer, self._halo_pending = now, pending
+                self._later_post = across
+                self._later_region = (dst.name if fdw is None else fdw.dst, ob, w0, w1)
+            else:
+                if last and self.post_unit:
+                    # channel block 0's output halo runs while the array drains (when this last PPU writes
+                    # another block): the next layer's first GEMMs read it and need not wait behind the PPU
+                    # (all the other blocks' halos too measured slower on MobileNet tile32x32)
+                    mine = [d for d in self._drip if d[0] == self.layer and d[1][1] == 0 != cob]
+                    self._drip = [d for d in self._drip if d not in mine]
+                    for d in mine:
+                        self._emit_fill(g, *d[1:])
+                post(g)
+            acc = self._next_acc()
         # v2: the post-processing of the last pixel tile runs on POST while the next layer's GEMMs start
         oy0, rows = tiles[-1]
         written = self.fused_adds[self.layer].dst if self.layer in self.fused_adds else \
             dst.name if fdw is None else fdw.dst
-        end = oy0 + rows if fdw is None else self.tensor(fdw.dst).h
-        self._tail = ((written, (cbo - 1) // phases, oy0, end), self._tile_cost(layer, rows)[1])
+        w0, w1 = (oy0, oy0 + rows) if fdw is None else bands[-1][3]
+        self._tail = ((written, (cbo - 1) // phases, w0, w1), self._tile_cost(layer, rows)[1])
+
+    def _dw_bands(self, layer: ConvLayer, fdw: ConvLayer, taps: int, blocks: int) -> list[tuple]:
+        """PPU.dw (`fdw` after `layer`): the depthwise layer's input rows in bands, each band's pixel tile with the
+        row before and after it as context rows (PPU.dwc: computed again, only read), so that a band's PPU.dw runs
+        while the array computes the next band. [(first tile row, tile rows, dwc, (first, end output row))], the
+        band count by a two-stage pipeline model (the GEMMs of `taps` taps per block and pixel phase, then the
+        PPU.dw, for each of the `blocks` output blocks in turn; a band's context rows cost their GEMM lines again);
+        the "max" tiling policy takes the fewest bands that fit instead (the search compares). With stride 2 a band
+        starts at an odd row, so that its tile starts at an even one (PPU.dws counts the tile's rows)."""
+        mid, t = self.tensor(layer.dst), self.timing
+        h, phases, wo = mid.h, mid.s2d, mid.w
+        width = wo * phases
+        stride, dws = fdw.strides[0], DWS_OF[fdw.strides, tuple(fdw.pads)]
+        best = None
+        for k in range(1, max(1, min(h // 2, 32)) + 1):
+            cuts = [0] + [round(j * h / k) for j in range(1, k)] + [h]
+            if stride == 2:
+                cuts = [0] + [c | 1 for c in cuts[1:-1]] + [h]
+            if any(b - a < 2 for a, b in zip(cuts, cuts[1:])) and k > 1:
+                continue
+            bands = []
+            for j, (a, b) in enumerate(zip(cuts, cuts[1:])):
+                r0, r1 = a - (j > 0), b + (j < k - 1)
+                dwc = int(j > 0) | int(j < k - 1) << 1
+                ys = [r0 + y for y in isa.ppu_dw_rows(r1 - r0, dws, dwc)]
+                if not ys or (r1 - r0) * width > self._acc_cap():
+                    break
+                bands.append((r0, r1 - r0, dwc, ((ys[0] - (dws & 1)) // stride, (ys[-1] - (dws & 1)) // stride + 1)))
+            else:
+                ge = pe = 0
+                for _, rows, dwc, _ in bands * blocks:
+                    ge += taps * phases * self._gemm_cycles(rows * wo)
+                    pe = max(pe, ge + t.GEMM_LATENCY) + t.ppu_busy(rows, width, 1, dwc)
+                if best is None or pe < best[0]:
+                    best = (pe, bands)
+                if self.tiling == "max":
+                    break
+        assert best is not None, "Codegen._fusable_dws admits an image whose bands fit"
+        return best[1]
 
     def _own_fills(self, g: Group) -> None:
         """v2, in a layer's last pixel tile: this layer's output halo FILLs still pending (POST had no room between
@@ -1688,7 +1739,7 @@ def _post_busy(t: isa.Timing, op: Op, fields: dict) -> int:
     """Cycles a PPU, VEC or FILL keeps POST busy (hwc.isa.Timing)."""
     lines = _lines(fields)
     if op == Op.PPU:
-        return t.ppu_busy(fields["n_outer"], fields["n_inner"], fields.get("dw", 0))
+        return t.ppu_busy(fields["n_outer"], fields["n_inner"], fields.get("dw", 0), fields.get("dwc", 0))
     if op == Op.VEC:
         return t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines
     return t.FILL_OVERHEAD + lines

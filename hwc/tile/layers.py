@@ -599,9 +599,9 @@ def dw_post_pairs(plan: TilePlan) -> dict[int, ConvLayer]:
 
 def dw_post_flat(plan: TilePlan, target: dict) -> frozenset[str]:
     """features.dw_post: the inputs of the depthwise layers of `dw_post_pairs` that PPU.dw will take, whatever
-    the stacking, when `space_to_depth(flat=...)` lays them out for it (before stacking: their whole image within
-    a third of the accumulators, a padded row within the row buffers, no residual add of the depthwise layer's
-    output). The search tries that beside the default stacking (`tile.build.schedule`)."""
+    the stacking, when `space_to_depth(flat=...)` lays them out for it (before stacking: four rows within a third
+    of the accumulators, a padded row within the row buffers, no residual add of the depthwise layer's output).
+    The search tries that beside the default stacking (`tile.build.schedule`)."""
     if not target["features"].get("dw_post"):
         return frozenset()
     sp = target["scratchpad"]
@@ -609,7 +609,7 @@ def dw_post_flat(plan: TilePlan, target: dict) -> frozenset[str]:
     out = set()
     for i, dw in dw_post_pairs(plan).items():
         mid = plan.tensors[plan.layers[i].dst]
-        if mid.h * mid.w <= sp["acc_lines"] // 3 and isa.DWP_MIN_PITCH <= mid.w + 1 <= sp["dw_line_buffer"] \
+        if min(mid.h, 4) * mid.w <= sp["acc_lines"] // 3 and isa.DWP_MIN_PITCH <= mid.w + 1 <= sp["dw_line_buffer"] \
                 and dw.dst not in added:
             out.add(plan.layers[i].dst)
     return frozenset(out)

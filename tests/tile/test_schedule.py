@@ -1115,6 +1115,39 @@ def test_depthwise_in_the_post_processing_of_stacked_pixels(target, c, h, w):
     assert not any(i.get("dw") for i in isa.from_bytes(stacked.program) if i.op == isa.Op.PPU)
 
 
+@pytest.mark.parametrize("target,c,h,w,stride,pads", [
+    ("tile32x32", 32, 36, 30, 1, [1] * 4), ("tile32x32", 32, 35, 30, 2, [1] * 4),
+    ("tile32x32", 40, 34, 29, 2, [0, 0, 1, 1]), ("tile8x8", 8, 40, 30, 1, [1] * 4),
+    ("tile8x8", 8, 41, 25, 2, [1] * 4)])
+def test_depthwise_in_the_post_processing_in_row_bands(target, c, h, w, stride, pads):
+    """An image taller than an accumulator slot holds: PPU.dw in row bands (Codegen._dw_bands), each band's tile
+    with the rows around it as context rows (PPU.dwc: bit 0 the first row, bit 1 the last), computed again and
+    only read. Exact against the int8 reference; the bands write every output row once, in order; a band after
+    the first starts at an odd row with stride 2 (its tile at an even one)."""
+    from hwc import isa
+
+    t = tile_variant(TARGETS[target], dw_post=True)
+    b = QBuilder(seed=h + w)
+    x = b.input("x", (1, c, h, w), zp=7)
+    y = b.conv(x, c, k=1, relu=True)
+    y = b.conv(y, c, k=3, stride=stride, pads=pads, group=c, relu=True)
+    g = b.output(b.conv(y, 3, k=1))
+    art = check_exact(g, t)
+    fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
+    n = t["array"]["rows"]
+    blocks = -(-c // n)
+    assert len(fused) >= 2 * blocks and len(fused) % blocks == 0
+    per_block = fused[:len(fused) // blocks]
+    assert [i.get("dwc") for i in per_block] == [2] + [3] * (len(per_block) - 2) + [1]
+    out_h = (h + pads[0] + pads[2] - 3) // stride + 1
+    rows = [isa.ppu_out_dims(i.get("n_outer"), i.get("n_inner"), i.get("dws"), i.get("dwc"))[0] for i in per_block]
+    assert sum(rows) == out_h
+    starts = [i.get("out") for i in per_block]
+    pitch = per_block[0].get("out_so")
+    assert [(s - starts[0]) // pitch for s in starts] == [sum(rows[:k]) for k in range(len(rows))]
+    assert max(i.get("n_outer") * w for i in fused) <= t["scratchpad"]["acc_lines"] // 2
+
+
 def test_depthwise_in_the_post_processing_needs_its_pairs():
     """PPU.dw only where it is exact: not for a stride-2 depthwise layer padded otherwise than PPU.dws knows, a 5x5
     one, a stride-1 one padded asymmetrically, or a convolution whose output has a second reader (it must then be
