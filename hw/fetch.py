@@ -129,9 +129,10 @@ def _flags(w, p: TileParams, ni_dw=None) -> dict:
         O.PPU: ((zero(O.PPU, "n_outer", "n_inner") | (f(O.PPU, "dw") & ((f(O.PPU, "n_inner") + 1 < isa.DWP_MIN_PITCH)
                                                                        | (f(O.PPU, "n_inner") + 1 > p.dw_lines)))
                   | (f(O.PPU, "dws").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dws") == 1)))
-                  | (f(O.PPU, "dwc").any() & (~f(O.PPU, "dw") | (dw_out_rows(w) <= 0))))
+                  | (f(O.PPU, "dwc").any() & (~f(O.PPU, "dw") | (dw_out_rows(w) <= 0)))
+                  | (f(O.PPU, "dwf").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dwf") == 3) | f(O.PPU, "dws").any())))
                  if p.dw_post else zero(O.PPU, "n_outer", "n_inner") | f(O.PPU, "dw") | f(O.PPU, "dws").any()
-                 | f(O.PPU, "dwc").any(),
+                 | f(O.PPU, "dwc").any() | f(O.PPU, "dwf").any(),
                  f(O.PPU, "param") + (f(O.PPU, "dw") * (isa.DW_POST_ENTRIES - 1) if p.dw_post else 0)
                  >= p.param_entries),
         O.VEC: (zero(O.VEC, "n_outer", "n_inner") | (f(O.VEC, "op") > max(isa.VecOp)),

@@ -362,6 +362,7 @@ class PostEngine(wiring.Component):
             # Context rows (PPU.dwc): no bottom pad row after the last (bit 1); the first's outputs (0, x) complete at
             # (1, x + 2) and (2, 0): not written (bit 0)
             dwc = Signal(2)
+            self._dwf = dwf = Signal(2)   # (the window's lane shift: `_dw_stage`)
             pad = Mux(extra, 1, (loop.last_i & ~dwc[1]) | (loop.j == 0))
             outv = Mux(extra, 1, (((loop.i != 0) & (loop.j >= 2)) | ((loop.i >= 2) & (loop.j == 0)))
                        & ~(dwc[0] & Mux(loop.j == 0, loop.i == 2, loop.i == 1)))
@@ -369,7 +370,7 @@ class PostEngine(wiring.Component):
             # y (i - 1, i - 2, or n_outer - 1 for the last position) and of x (j - 2, or n_inner - 1)
             dws, no_odd, ni_odd = Signal(2), Signal(), Signal()   # (n - 1) & 1 of the tile's counts
             with m.If(capture):
-                m.d.sync += [dws.eq(field(w, ppu, "dws")), dwc.eq(field(w, ppu, "dwc")),
+                m.d.sync += [dws.eq(field(w, ppu, "dws")), dwc.eq(field(w, ppu, "dwc")), dwf.eq(field(w, ppu, "dwf")),
                              no_odd.eq(field(w, ppu, "n_outer")[0] == field(w, ppu, "dwc")[1]),
                              ni_odd.eq(~field(w, ppu, "n_inner")[0])]
             ypar = Mux(extra, no_odd, Mux(loop.j == 0, loop.i[0], ~loop.i[0]))
@@ -471,17 +472,35 @@ class PostEngine(wiring.Component):
         # B: the products (tap (ky, kx) at delay (2 - ky) P + 2 - kx)
         vb, tag_b = Signal(name="dwB_v"), Signal(a + 1, name="dwB_tag", reset_less=True)
         m.d.sync += [vb.eq(va), tag_b.eq(tag_a[:a + 1])]
-        prods = []
+        # PPU.dwf: a line holds 2**dwf pixels of c = N >> dwf lanes; a pixel's left neighbour is c lanes below in
+        # its line, or for the first pixel the last one of the line before (and the right one c lanes above, or the
+        # next line's first): each window row's three lines (masked: z0 before the stream) are shifted by c lanes
+        prods = [None] * (9 * n)
         for ky in range(3):
-            for kx in range(3):
-                kr, j = 2 - ky, 2 - kx
+            kr = 2 - ky
+            masked = []
+            for j in range(3):   # j lines back: 0 the right neighbour's line, 1 the centre, 2 the left's
                 inside = cnt >= kr * pitch + j if kr else (cnt >= j if j else C(1, 1))
-                line = rows[kr][j]
+                ml = Signal(8 * n, name=f"dw_m{ky}{j}")
+                m.d.comb += ml.eq(Mux(inside, rows[kr][j], zv))
+                masked.append([ml[8 * lane:8 * lane + 8].as_signed() for lane in range(n)])
+            nxt, cur, prev = masked
+            for kx in range(3):
                 for lane in range(n):
-                    x = Mux(inside, line[8 * lane:8 * lane + 8].as_signed(), z0)
+                    if kx == 1:
+                        x = cur[lane]
+                    else:
+                        opts = []
+                        for d in range(3):
+                            c = n >> d
+                            if kx == 0:
+                                opts.append(cur[lane - c] if lane >= c else prev[lane - c + n])
+                            else:
+                                opts.append(cur[lane + c] if lane + c < n else nxt[lane + c - n])
+                        x = Mux(self._dwf == 2, opts[2], Mux(self._dwf == 1, opts[1], opts[0]))
                     pr = Signal(signed(16), name=f"dw_p{ky}{kx}_{lane}", reset_less=True)
                     m.d.sync += pr.eq(x * taps[3 * ky + kx][8 * lane:8 * lane + 8].as_signed())
-                    prods.append(pr)
+                    prods[(3 * ky + kx) * n + lane] = pr
         # C: sums of a kernel row; D: the sum of the three
         vc, tag_c = Signal(name="dwC_v"), Signal(a + 1, name="dwC_tag", reset_less=True)
         vd, tag_d = Signal(name="dwD_v"), Signal(a + 1, name="dwD_tag", reset_less=True)

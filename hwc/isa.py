@@ -207,6 +207,9 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
           "padding, whose outputs this PPU does not write (another PPU.dw's tile holds the rows around them): a "
           "tile of whole rows of a taller image (ppu_dw_rows). A BAD_FIELD without dw or without an output row",
           default=0),
+        F("dwf", 2, "with dw, stride 1: a line holds 2**dwf pixels of N >> dwf lanes (stacked, pixel p in lanes "
+          "p * (N >> dwf) ..): a pixel's left and right neighbours are the lanes N >> dwf below and above, across "
+          "into the line before and after; 3, or with dws, is a BAD_FIELD", default=0),
     ),
     Op.VEC: (
         F("op", 2, "VecOp: MAX or ADD"),

@@ -175,6 +175,7 @@ class TileModel:
             bad = bool(f["dw"] and not (self.dw_post and isa.DWP_MIN_PITCH <= f["n_inner"] + 1 <= self.dw_lines))
             bad = bad or bool(f["dws"] and (not f["dw"] or f["dws"] == 1))
             bad = bad or bool(f["dwc"] and not (f["dw"] and isa.ppu_dw_rows(f["n_outer"], f["dws"], f["dwc"])))
+            bad = bad or bool(f["dwf"] and not (f["dw"] and f["dwf"] < 3 and not f["dws"]))
         elif op == Op.VEC:
             counts, bad = (f["n_outer"], f["n_inner"]), f["op"] > max(isa.VecOp)
         elif op == Op.FILL:
@@ -429,7 +430,13 @@ class TileModel:
             yp[1:-1, 1:-1] = y.reshape(no, ni, n)
             taps = np.frombuffer(self.param[(f["param"] + 2) * self.t.PARAM_ENTRY_BEATS:].tobytes(), np.int8,
                                  9 * n).reshape(3, 3, n).astype(np.int32)
-            s = sum(taps[ky, kx] * yp[ky:ky + no, kx:kx + ni] for ky in range(3) for kx in range(3))
+            c = n >> f["dwf"]   # lanes a pixel: its neighbours are c lanes away, across into the lines beside
+            s = 0
+            for ky in range(3):
+                prev, cur, nxt = (yp[ky:ky + no, kx:kx + ni] for kx in range(3))
+                left = np.concatenate([prev[..., n - c:], cur[..., :n - c]], axis=-1)
+                right = np.concatenate([cur[..., c:], nxt[..., :c]], axis=-1)
+                s = s + taps[ky, 0] * left + taps[ky, 1] * cur + taps[ky, 2] * right
             # the rows it writes: not context rows (dwc); stride 2: every other one, from the first or the second
             s = s[isa.ppu_dw_rows(no, f["dws"], f["dwc"])]
             if f["dws"]:   # (and every other column)

@@ -205,6 +205,9 @@ class RandomProgram:
             no, ni = int(r.integers(1, 6)), int(r.integers(isa.DWP_MIN_PITCH - 1, min(self.dw_lines, 12)))
             dws = int(r.choice([0, 2, 3]))
             dwc = int(r.integers(0, 4)) if r.random() < 0.5 else 0
+            dwf = 0
+            if dws == 0 and r.random() < 0.7:   # stacked: 2 or 4 pixels a line, in turn
+                self.dwf_next = dwf = 3 - getattr(self, "dwf_next", 2)
             while not isa.ppu_dw_rows(no, dws, dwc):
                 no += 1
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
@@ -213,7 +216,7 @@ class RandomProgram:
             out, out_so, out_si = self._out(*isa.ppu_out_dims(no, ni, dws, dwc), set())
             return self.emit(Op.PPU, acc=acc, out=out, n_outer=no, n_inner=ni, acc_so=acc_so, acc_si=acc_si,
                              out_so=out_so, out_si=out_si, param=int(r.integers(0, self.PE - 2)), dw=1, dws=dws,
-                             dwc=dwc,
+                             dwc=dwc, dwf=dwf,
                              lag=int(r.integers(1, isa.PPU_MAX_LAG + 1)) if r.random() < 0.5 else 0)
         if kind == "ppu":
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
@@ -553,7 +556,11 @@ DW_POST_ERRORS = {"err_ppu_dw_short_pitch": (dict(n_inner=isa.DWP_MIN_PITCH - 2)
                   "err_ppu_dwc_no_rows": (dict(dwc=3), E.BAD_FIELD),
                   "err_ppu_dwc_no_phase_rows": (dict(n_outer=3, dws=2, dwc=3), E.BAD_FIELD),
                   # context rows write fewer rows: 3 of the 5 (out_so 5), lines out .. out + 14
-                  "err_ppu_dwc_out": (dict(n_outer=5, dwc=3, out=-14), E.OUT_OF_RANGE)}
+                  "err_ppu_dwc_out": (dict(n_outer=5, dwc=3, out=-14), E.OUT_OF_RANGE),
+                  # stacked pixels: 1, 2 or 4 a line; stride 1 only
+                  "err_ppu_dwf_3": (dict(dwf=3), E.BAD_FIELD),
+                  "err_ppu_dwf_stride_2": (dict(dwf=1, dws=2), E.BAD_FIELD),
+                  "err_ppu_dwf_without_dw": (dict(dw=0, dwf=1), E.BAD_FIELD)}
 
 
 def dw_post_error_workloads(t: dict) -> list[programs.Workload]:

@@ -50,12 +50,18 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
     for k, plan in enumerate(partition(g, n)):
         fixed = pin[k] if pin and k < len(pin) else None
         starts = []   # (plan with stacking applied, im2col, shift tried, flat): the variants, in order of preference
-        # flat: with features.dw_post, the inputs of depthwise layers PPU.dw could take kept one pixel per line
-        # (`layers.dw_post_flat`), which may unstack the layers around them too: tried beside the default stacking
-        mids = dw_post_flat(plan, target) if stack else frozenset()
-        flats = [frozenset(), mids] if mids else [frozenset()]
+        # flat: with features.dw_post, the inputs of depthwise layers PPU.dw could take laid out for it
+        # (`layers.dw_post_flat`), which may unstack the layers around them too: all of them (True), or only those
+        # of N channels ("blocks"; the thinner ones stacked, for PPU.dwf), beside the default stacking
+        pairs = dw_post_flat(plan, target) if stack else {}
+        mids = frozenset(pairs)
+        blocks = frozenset(m for m in mids if plan.tensors[m].c == n)
+        # (and thin ones of a stride-2 depthwise layer, which PPU.dwf does not take stacked, padded to N channels)
+        thin2 = frozenset(m for m in mids if plan.tensors[m].c < n and (pairs[m].plain or pairs[m]).strides == (2, 2))
+        flats = [(False, frozenset(), frozenset()), (True, mids, frozenset()), ("blocks", blocks | thin2, thin2)]
+        flats = [x for x in flats if x[0] is False or x[1]]
         if fixed is not None:
-            flats = [mids if fixed.get("flat") else frozenset()]
+            flats = [next((x for x in flats if x[0] == fixed.get("flat", False)), flats[0])]
         # expand: the host im2col of a thin first layer (True), of its rows into stacked outputs ("rows"), or none
         for expand in ([True, "rows", False] if im2col else [False]):
             if fixed is not None and expand != fixed["im2col"]:
@@ -66,19 +72,20 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
             if expand == "rows" and not stack:
                 continue
             layouts = set()
-            for flat in flats:
+            for flat_kind, flat, padded in flats:
                 for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
                     p = copy.deepcopy(start)
                     if stack:
-                        space_to_depth(p, n, shift=shift, flat=flat)
+                        space_to_depth(p, n, shift=shift, flat=flat, padded=padded)
                     if expand == "rows" and not im2row_first_layer(p, start, n, target["scratchpad"]["act_lines"]):
                         continue  # no thin first layer with a stacked output
-                    layout = tuple((name, t.s2d, t.shift) for name, t in sorted(p.tensors.items()))
+                    layout = (tuple((name, t.s2d, t.shift, t.c) for name, t in sorted(p.tensors.items())),
+                              tuple(getattr(layer, "plain", None) is None for layer in p.layers))
                     if layout in layouts:
                         break  # the same build as one already tried (nothing to shift, or nothing kept flat)
                     layouts.add(layout)
                     used = any(t.shift for t in p.tensors.values())
-                    starts.append((p, expand, shift, used, bool(flat)))
+                    starts.append((p, expand, shift, used, flat_kind))
                     if not used:
                         break  # nothing to shift: the other build is the same
         variants = []
@@ -92,9 +99,9 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
         if not variants:  # a pinned im2col that does not apply here
             p = copy.deepcopy(plan)
             if stack:
-                space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")), flat=flats[0])
+                space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")), flat=flats[0][1], padded=flats[0][2])
             used = any(t.shift for t in p.tensors.values())
-            variants += [(c, bp, prog, dict(choice, shift=used, flat=bool(flats[0])))
+            variants += [(c, bp, prog, dict(choice, shift=used, flat=flats[0][0]))
                          for c, bp, prog, choice in _programs(p, target, double_buffer, base, fixed)]
         _, plan, prog, choice = _pick(variants)
         if isinstance(prog.program, bytes):  # (from a worker process)

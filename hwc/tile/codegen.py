@@ -41,6 +41,7 @@ from hwc.isa import Mem, Op, VecOp, Wait
 from hwc.lower.memplan import Interval, check_plan, lower_bound, naive_total, peak, plan_best
 from hwc.tile.layers import (
     DWS_OF,
+    MAX_PHASES,
     AddLayer,
     ConvLayer,
     GapLayer,
@@ -140,6 +141,7 @@ class Codegen:
         self.dw9 = feats["dw_ninth_tap"]      # GEMM.dw9: column 8 of a row-buffer GEMM on 8 columns
         self.dw_post = feats["dw_post"]       # PPU.dw: a 3x3 depthwise stage in the post-processing
         self.fused_dws: dict[int, ConvLayer] = {}   # conv layer index -> the depthwise layer its PPU.dw computes
+        self.dw_layouts: dict[int, tuple[int, int, int]] = {}   # conv layer index -> `_dw_layout` of its pair
         self.tiling = tiling          # v2 pixel-tile policy: "cost" (model), "quarter" or "max"
         self.bus_groups = bus_groups  # weight groups after a bus-bound one grow to the bank (`weighted`)
         self.bus_bound = False        # (set by `weighted`: some group was sized behind a bus-bound one)
@@ -219,7 +221,13 @@ class Codegen:
         second = self._entry_bytes(dw.bias[lanes], dw.mult[lanes], dw.shift[lanes], dw.z_out, dw.lo, dw.hi)
         taps = np.zeros((3, 3, n), np.int8)
         ch = np.arange(lanes.start, lanes.stop)
-        taps[:, :, :len(ch)] = dw.weight[ch, ch].transpose(1, 2, 0)
+        if dw.plain is not None:   # PPU.dwf: lane l is channel l mod c of a pixel (c lanes a pixel)
+            c = dw.plain.weight.shape[0]
+            ch = ch % c
+            taps[:, :, :len(ch)] = dw.plain.weight[ch, ch].transpose(1, 2, 0)
+        else:   # (lanes past its channels: an input padded to N channels, `layers.space_to_depth(padded=...)`)
+            ch = ch[ch < dw.weight.shape[0]]
+            taps[:, :, :len(ch)] = dw.weight[ch, ch].transpose(1, 2, 0)
         raw = taps.tobytes()
         third = raw + bytes(len(first) - len(raw))
         key = first + second + third
@@ -233,30 +241,46 @@ class Codegen:
         its output (and whose own output is not the operand of a residual add fused into it: `_fusable_adds` would
         emit that add with the depthwise layer, which is not emitted); the conv's PPU.dw then computes the depthwise
         layer from its requantized output (docs/tile-v2.md,
-        "Depthwise in the post-processing"). The conv's output is never stored: one pixel tile per output block
-        (the whole image in a slot of the accumulators), rows within the row buffers, one pixel per line (or
-        whole channel blocks of stacked pixels that the GEMMs write one pixel per line)."""
+        "Depthwise in the post-processing"). The conv's output is never stored: pixel tiles of row bands
+        (`_dw_bands`), a padded row within the row buffers, laid out as `_dw_layout` takes."""
         out = {}
         for i, dw in dw_post_pairs(self.plan).items():
             if i in self.fused_adds or (i + 1) in self.fused_adds:
                 continue
-            mid, dst = self.tensor(self.plan.layers[i].dst), self.tensor(dw.dst)
-            # a stacked input of whole channel blocks: laid out for this (layers.space_to_depth(flat=...)), the
-            # depthwise layer reads it one pixel per line, the conv's GEMMs write each pixel's line so (`emit_conv`)
-            stacked = mid.s2d > 1 and dw.weight.shape[1] * mid.s2d == mid.c
-            width = mid.w * mid.s2d if stacked else mid.w
-            if (mid.s2d != 1 and not (stacked and mid.c == mid.s2d * self.n and mid.shift == 0
-                                      and width == mid.w0)) \
-                    or dst.s2d != 1 or not isa.DWP_MIN_PITCH <= width + 1 <= self.dw_lines \
-                    or min(mid.h, 4) * width > self._acc_cap():
-                if stacked:
+            mid = self.tensor(self.plan.layers[i].dst)
+            layout = self._dw_layout(mid, dw)
+            if layout is None:
+                if mid.s2d > 1 and dw.plain is None:
                     raise UnsupportedError(f"layer {dw.name!r}: its input was laid out for PPU.dw, which cannot "
                                            f"take it (internal: layers.dw_post_flat and Codegen._fusable_dws "
                                            f"disagree)", [dw.name])
                 continue
             out[i] = dw
+            self.dw_layouts[i] = layout
             mid.pads, mid.fill, mid.tail = [0, 0, 0, 0], None, 0   # (never written: no halo)
         return out
+
+    def _dw_layout(self, mid: TileTensor, dw: ConvLayer) -> tuple[int, int, int] | None:
+        """How PPU.dw takes `mid`, the input of depthwise layer `dw`: (pixel phases, PPU.dwf, row pitch - 1 in
+        positions), or None. One pixel per line: (1, 0, width). Stacked, of N channels a pixel, laid out for it
+        (`layers.space_to_depth(flat=...)`: `dw` reads it one pixel per line, was not rewritten): output block b of
+        the conv is pixel phase b, and its GEMMs write pixel f X + b to accumulator line f X + b (`emit_conv`):
+        (f, 0, f x width). Stacked f = 2 or 4 pixels of N / f lanes in one block, the depthwise layer's output
+        stacked alike, stride 1: PPU.dwf shifts the window by N / f lanes (1, log2 f, lines)."""
+        dst, f, n = self.tensor(dw.dst), mid.s2d, self.n
+        plain = dw.plain or dw
+        if f == 1:
+            layout, ok = (1, 0, mid.w), dst.s2d == 1
+        elif dw.plain is None:
+            layout = (f, 0, mid.w * f)
+            ok = mid.c == f * n and mid.shift == 0 and mid.w * f == mid.w0 and dst.s2d == 1 and f <= MAX_PHASES
+        else:
+            layout = (1, f.bit_length() - 1, mid.w)
+            ok = (f in (2, 4) and dst.s2d == f and mid.c == dst.c == n and mid.shift == dst.shift == 0
+                  and mid.w * f == mid.w0 and dst.w * f == dst.w0 and DWS_OF[plain.strides, tuple(plain.pads)] == 0)
+        width = layout[2]
+        ok = ok and isa.DWP_MIN_PITCH <= width + 1 <= self.dw_lines and min(mid.h, 4) * width <= self._acc_cap()
+        return layout if ok else None
 
     def last(self) -> Group:
         """The group compute is appended to (instructions keep program order)."""
@@ -611,10 +635,10 @@ class Codegen:
             rows_per_tile = self._tile_rows(layer, ho, wo, rows_per_tile)
         elif self.post_unit and self.tiling == "quarter":
             rows_per_tile = min(rows_per_tile, max(-(-ho // 4), -(-8 * n // wo)))
-        fdw = self.fused_dws.get(self.layer)   # PPU.dw: one tile, its PPU computes the depthwise layer `fdw`
-        # PPU.dw of stacked pixels (`_fusable_dws`): output block b is pixel phase b (layers._s2d_conv_weights);
-        # its GEMMs write pixel f X + b of a row to accumulator line f X + b, and one PPU.dw reads the whole row
-        phases = dst.s2d if fdw is not None else 1
+        fdw = self.fused_dws.get(self.layer)   # PPU.dw: row bands, whose PPUs compute the depthwise layer `fdw`
+        # whole-block pixels (`_dw_layout`): output block b is pixel phase b (layers._s2d_conv_weights); its GEMMs
+        # write pixel f X + b of a row to accumulator line f X + b, and one PPU.dw reads the whole row
+        phases, ppu_dwf, _ = self.dw_layouts[self.layer] if fdw is not None else (1, 0, 0)
         needs_in = loads.get(layer.src, ())
         tiles = _tile_list(ho, rows_per_tile)
         bands = None
@@ -694,7 +718,9 @@ class Codegen:
                 fields = self._ppu_fields(layer, mode, acc, rows)
                 out = dst if fdw is None else self.tensor(fdw.dst)
                 if fdw is not None:
-                    fields.update(dw=1, dws=DWS_OF[fdw.strides, tuple(fdw.pads)], dwc=bands[ti][2], out_so=out.wp,
+                    plain = fdw.plain or fdw
+                    fields.update(dw=1, dws=DWS_OF[plain.strides, tuple(plain.pads)], dwc=bands[ti][2], dwf=ppu_dwf,
+                                  out_so=out.wp,
                                   n_inner=wo * phases, acc_so=wo * phases)
                 for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
                     f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
@@ -756,9 +782,9 @@ class Codegen:
         the "max" tiling policy takes the fewest bands that fit instead (the search compares). With stride 2 a band
         starts at an odd row, so that its tile starts at an even one (PPU.dws counts the tile's rows)."""
         mid, t = self.tensor(layer.dst), self.timing
-        h, phases, wo = mid.h, mid.s2d, mid.w
-        width = wo * phases
-        stride, dws = fdw.strides[0], DWS_OF[fdw.strides, tuple(fdw.pads)]
+        phases, _, width = self.dw_layouts[self.layer]
+        h, wo, plain = mid.h, mid.w, fdw.plain or fdw
+        stride, dws = plain.strides[0], DWS_OF[plain.strides, tuple(plain.pads)]
         best = None
         for k in range(1, max(1, min(h // 2, 32)) + 1):
             cuts = [0] + [round(j * h / k) for j in range(1, k)] + [h]
@@ -1081,8 +1107,8 @@ class Codegen:
                     self._image_lines(layer, r)
                 gemm_tile = ntaps * self._gemm_cycles(lines)
         t = self.timing
-        fused = self.layer in self.fused_dws   # (PPU.dw over stacked pixels: one PPU for the whole row)
-        post_tile = t.ppu_busy(r, wo * (self.tensor(layer.dst).s2d if fused else 1), fused) + \
+        fused = self.layer in self.fused_dws   # (PPU.dw: the row pitch of `_dw_layout`)
+        post_tile = t.ppu_busy(r, self.dw_layouts[self.layer][2] if fused else wo, fused) + \
             (t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * p if self.layer in self.fused_adds else 0)
         # each POST instruction issues IDLE_LAG after the previous one ends; the output's halo FILLs (one run per
         # row: a row's right pad and the next one's left pad) share POST with the tile's PPU
@@ -1688,6 +1714,13 @@ class Codegen:
                 emit(op, wait, e.layer, **fields)
                 early_stores(e, op, fields)
                 if after_first is not None and op == Op.GEMM:
+                    # the params parts this group's PPUs and VECs still need go first: behind the next group's
+                    # weights their first PPU waited for both (MobileNetV1-0.25 tile32x32: 16,943 -> 16,579 cycles)
+                    want = set().union(*(_param_loads(x.insn_args[1], part_of) for x in g.compute[ei + 1:]
+                                         if x.insn_args[0] in (Op.PPU, Op.VEC)))
+                    ids = [d for d, _ in deferred]
+                    if want & set(ids):
+                        flush(max((d for d in want if d in ids), key=ids.index))
                     # The next group's weights go into the bank the previous group's GEMMs read. A GEMM issues
                     # only once the one before it streams, i.e. has read all its weights: so once this group's
                     # first GEMM has issued, no GEMM reads that bank any more, and the LOAD needs no wait (it used

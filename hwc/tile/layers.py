@@ -20,6 +20,7 @@ reference interpreter: the partition is recorded and shown in the report.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections import Counter
@@ -120,6 +121,7 @@ class ConvLayer:
     macs: int                 # the model's MACs for this layer (0 for pooling/requant helpers)
     op: str = "QConv"
     group: int = 1            # the QConv's groups (weight is dense; group == C == M is depthwise)
+    plain: ConvLayer | None = None   # the layer before `space_to_depth` rewrote it onto stacked tensors
 
 
 @dataclass(eq=False)
@@ -565,6 +567,11 @@ def _s2d_conv_weights(layer: ConvLayer, c: int, fi: int, fo: int, si: int = 0, s
     return wn, sx * fo // fi, -dmin, dmax
 
 
+#: The most pixels a line of an input laid out for PPU.dw as whole-block pixels may stack (`space_to_depth(flat=)`):
+#: its producer's GEMMs write every MAX_PHASES-th accumulator line, the largest GEMM.acc_si
+MAX_PHASES = 1 << (isa.LAYOUT[isa.Op.GEMM]["acc_si"][1].width - 1)
+
+
 def reads(layer) -> list[str]:
     """The tensors a tile layer reads."""
     if isinstance(layer, AddLayer):
@@ -590,32 +597,34 @@ def dw_post_pairs(plan: TilePlan) -> dict[int, ConvLayer]:
                 and conv.group == 1 and conv.op == "QConv" and readers[conv.dst] == 1
                 and conv.dst not in plan.outputs):
             continue
-        m, c, kh, kw = dw.weight.shape
-        if dw.op == "QConv" and dw.group == m == c and (kh, kw) == (3, 3) and dw.dilations == (1, 1) \
-                and (dw.strides, tuple(dw.pads)) in DWS_OF:
+        d = dw.plain or dw   # (a stacked one as it was: PPU.dwf takes it whole, Codegen._fusable_dws)
+        m, c, kh, kw = d.weight.shape
+        if d.op == "QConv" and d.group == m == c and (kh, kw) == (3, 3) and d.dilations == (1, 1) \
+                and (d.strides, tuple(d.pads)) in DWS_OF:
             out[i] = dw
     return out
 
 
-def dw_post_flat(plan: TilePlan, target: dict) -> frozenset[str]:
-    """features.dw_post: the inputs of the depthwise layers of `dw_post_pairs` that PPU.dw will take, whatever
-    the stacking, when `space_to_depth(flat=...)` lays them out for it (before stacking: four rows within a third
-    of the accumulators, a padded row within the row buffers, no residual add of the depthwise layer's output).
-    The search tries that beside the default stacking (`tile.build.schedule`)."""
+def dw_post_flat(plan: TilePlan, target: dict) -> dict[str, ConvLayer]:
+    """features.dw_post: the inputs of the depthwise layers of `dw_post_pairs` (-> the layer) that PPU.dw will
+    take, whatever the stacking, when `space_to_depth(flat=...)` lays them out for it (before stacking: four rows
+    within a third of the accumulators, a padded row within the row buffers, no residual add of the depthwise
+    layer's output). The search tries that beside the default stacking (`tile.build.schedule`)."""
     if not target["features"].get("dw_post"):
-        return frozenset()
+        return {}
     sp = target["scratchpad"]
     added = {name for layer in plan.layers if isinstance(layer, AddLayer) for name in (layer.a, layer.b)}
-    out = set()
+    out = {}
     for i, dw in dw_post_pairs(plan).items():
         mid = plan.tensors[plan.layers[i].dst]
         if min(mid.h, 4) * mid.w <= sp["acc_lines"] // 3 and isa.DWP_MIN_PITCH <= mid.w + 1 <= sp["dw_line_buffer"] \
                 and dw.dst not in added:
-            out.add(plan.layers[i].dst)
-    return frozenset(out)
+            out[plan.layers[i].dst] = dw
+    return out
 
 
-def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: frozenset[str] = frozenset()) -> None:
+def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: frozenset[str] = frozenset(),
+                   padded: frozenset[str] = frozenset()) -> None:
     """Stack several pixels of a thin tensor (fewer channels than lanes) into one line.
 
     A tensor of C channels is stored with f = N/C pixels per line (f a power of two that
@@ -625,12 +634,24 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
     the stacked pixels back. Tensors read by max pooling keep one pixel per line.
 
     `flat` (`dw_post_flat`): inputs of depthwise layers that PPU.dw computes (features.dw_post). Such a tensor is
-    never stored: its producer's accumulators hold it. One of whole channel blocks (N or more channels) may be
+    never stored: its producer's accumulators hold it. One of N channels (a whole channel block) may be
     stacked like any other; its producer's GEMMs then write each stacked pixel's block to the accumulator line of
     that pixel (Codegen.emit_conv), so its reader sees it one pixel per line. A thinner one keeps one pixel per
-    line. Either way the depthwise layer's output keeps one pixel per line (PPU.dw writes it so)."""
+    line, or, in `padded` (of `flat`), is padded to N channels by its producer's weights (zero rows: output
+    blocks of one pixel, N - C lanes unused) and taken as a whole-block one. Either way the depthwise layer's
+    output keeps one pixel per line (PPU.dw writes it so)."""
     by_src = {layer.src: layer for layer in plan.layers if isinstance(layer, ConvLayer)}
-    destack = {name for name in flat if plan.tensors[name].c % n_lanes == 0}
+    by_dst = {layer.dst: layer for layer in plan.layers if isinstance(layer, ConvLayer)}
+    for name in padded:
+        t, conv = plan.tensors[name], by_dst[name]
+        extra = n_lanes - t.c if t.c < n_lanes else 0
+        if extra:
+            w = conv.weight
+            conv.weight = np.concatenate([w, np.zeros((extra, *w.shape[1:]), w.dtype)])
+            conv.bias, conv.mult = (np.concatenate([v, np.zeros(extra, v.dtype)]) for v in (conv.bias, conv.mult))
+            conv.shift = np.concatenate([conv.shift, np.full(extra, conv.shift[0], conv.shift.dtype)])
+            t.c += extra
+    destack = {name for name in flat if plan.tensors[name].c == n_lanes}
     fixed = (set(flat) - destack) | {by_src[name].dst for name in flat}
 
     def f_in(layer: ConvLayer) -> int:   # the stacking a convolution reads its input with
@@ -656,7 +677,8 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
                 continue
             fi, fo, sx = f_in(layer), f[layer.dst], layer.strides[1]
             want = fi // sx if fi % sx == 0 else 0
-            if (sx * fo) % fi and want > fo and plan.tensors[layer.dst].w % want == 0 and layer.dst not in fixed:
+            if (sx * fo) % fi and want > fo and plan.tensors[layer.dst].w % want == 0 and layer.dst not in fixed \
+                    and (layer.dst not in destack or want <= MAX_PHASES):
                 f[layer.dst] = want
                 changed = True
     changed = True
@@ -678,7 +700,7 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
                         changed = True
     if all(k == 1 for k in f.values()):
         return
-    sh = _shifts(plan, f, n_lanes) if shift else {name: 0 for name in plan.tensors}
+    sh = _shifts(plan, f, n_lanes, destack) if shift else {name: 0 for name in plan.tensors}
     sh.update({name: 0 for name in destack})   # (its pixels in order in the accumulators)
     for layer in plan.layers:
         if isinstance(layer, ConvLayer):
@@ -689,6 +711,7 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
             if plan.tensors[layer.dst].w == 1:
                 layer.strides = (layer.strides[0], fi)
             si, so = sh[layer.src], sh[layer.dst]
+            layer.plain = dataclasses.replace(layer)
             wn, sx2, pl2, _ = _s2d_conv_weights(layer, c, fi, fo, si, so)
             layer.weight = wn
             layer.bias = np.tile(layer.bias, fo)
@@ -713,7 +736,7 @@ def _stacked_width(w: int, f: int, shift: int) -> int:
     return -(-(w + shift) // f)
 
 
-def _shifts(plan: TilePlan, f: dict[str, int], n_lanes: int) -> dict[str, int]:
+def _shifts(plan: TilePlan, f: dict[str, int], n_lanes: int, destack=frozenset()) -> dict[str, int]:
     """Shift (0 or 1 pad pixels before pixel 0) of each stacked tensor: a 3x3 convolution between two
     tensors of two pixels per line reads three lines per output line when both are aligned alike (the
     outer two a quarter used) but two when the alignments differ by one pixel. Chosen to minimize the
@@ -745,7 +768,7 @@ def _shifts(plan: TilePlan, f: dict[str, int], n_lanes: int) -> dict[str, int]:
     for name in plan.tensors:
         members.setdefault(root(name), []).append(name)
     free = sorted(r for r, ms in members.items() if all(m in ok for m in ms))
-    convs = [layer for layer in plan.layers if isinstance(layer, ConvLayer)
+    convs = [layer for layer in plan.layers if isinstance(layer, ConvLayer) and layer.src not in destack
              and (f[layer.src] > 1 or f[layer.dst] > 1) and plan.tensors[layer.dst].w > 1]
     if not free or not convs or len(free) > 12:
         return shift

@@ -380,3 +380,33 @@ def test_depthwise_in_the_post_processing_in_row_bands_through_the_rtl():
     assert 1 in dwc and 2 in dwc, dwc
     feeds = {"x": np.random.default_rng(7).integers(-128, 128, (1, 5, 13, 6)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
+
+
+def test_depthwise_in_the_post_processing_of_stacked_pixels_through_the_rtl():
+    """PPU.dw over stacked pixels in a compiled CNN on tile8x8 with the stage, through the generated tile.v: a
+    4-channel depthwise layer stacked two pixels a line (PPU.dwf, the window shifted by 4 lanes), a stride-2
+    8-channel one whose input's pixels the GEMMs write one per accumulator line, and a row-banded one; RTL ==
+    model == int8 reference, equal cycles (the layout pinned: `flat` = "blocks")."""
+    from hwc.targets import load_target, tile_variant
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.tile.build import build_tile
+
+    target = tile_variant(load_target("tile8x8"), dw_post=True)
+    b = QBuilder(seed=43)
+    y = b.input("x", (1, 4, 7, 10), zp=3)
+    y = b.conv(y, 4, k=1, relu=True)
+    y = b.conv(y, 4, k=3, group=4, relu=True)
+    y = b.conv(y, 8, k=1, relu=True)
+    y = b.conv(y, 8, k=3, stride=2, group=8, relu=True)
+    g = b.output(b.conv(y, 3, k=1))
+    verify(g)
+    pin = dict(tiling="cost", loads="eager", split=False, bus_groups=False, shift=False, im2col=False, flat="blocks")
+    art = build_tile(g, target, hdl=True, pin=[pin])
+    fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
+    assert {(i.get("dws"), i.get("dwf")) for i in fused} == {(0, 1), (2, 0)}, fused
+    assert any(i.get("acc_si") == 2 for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM)
+    feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, 4, 7, 10)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)

@@ -1148,6 +1148,57 @@ def test_depthwise_in_the_post_processing_in_row_bands(target, c, h, w, stride, 
     assert max(i.get("n_outer") * w for i in fused) <= t["scratchpad"]["acc_lines"] // 2
 
 
+@pytest.mark.parametrize("target,c,h,w", [("tile32x32", 8, 9, 12), ("tile8x8", 4, 7, 10), ("tile8x8", 2, 6, 16)])
+def test_depthwise_in_the_post_processing_of_thin_stacked_pixels(target, c, h, w):
+    """MobileNet's 48x48 stretch on tile32x32: thin tensors (c = N/4, N/2 channels) stacked several pixels a line.
+    A stride-1 depthwise layer over them runs in PPU.dw with PPU.dwf (the window's neighbours c lanes away, across
+    into the lines beside), reading and writing the stacked lines; a stride-2 one after a thin layer, padded to N
+    channels (`layers.space_to_depth(padded=...)`: one pixel per output block, written one pixel per accumulator
+    line). Exact against the int8 reference; all three depthwise layers fused, faster than without the layout."""
+    from hwc import isa
+
+    t = tile_variant(TARGETS[target], dw_post=True)
+    n = t["array"]["rows"]
+    b = QBuilder(seed=c + h + w)
+    x = b.input("x", (1, c, h, w), zp=3)
+    y = b.conv(x, c, k=1, relu=True)
+    y = b.conv(y, c, k=3, group=c, relu=True)                    # stacked N / c pixels a line: PPU.dwf
+    y = b.conv(y, 2 * c, k=1, relu=True)
+    y = b.conv(y, 2 * c, k=3, stride=2, group=2 * c, relu=True)  # stride 2, thin: padded to N channels
+    y = b.conv(y, n, k=1, relu=True)
+    y = b.conv(y, n, k=3, group=n)
+    g = b.output(b.conv(y, 3, k=1))
+    best = check_exact(g, t)   # (the search's pick; on small images all of them one pixel a line may win)
+    choice = best.report["schedule"][0]
+    art = check_exact(g, t, pin=[dict(choice, flat="blocks")])
+    fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
+    assert {i.get("dwf") for i in fused} >= {(n // c).bit_length() - 1}
+    assert {(i.get("dws"), i.get("dwf") > 0) for i in fused} == {(0, True), (2, False), (0, False)}
+    assert sum(1 for layer in art.report["layers"] if layer.get("dw_post")) == 3
+    plain = check_exact(g, t, pin=[dict(choice, flat=False)])
+    assert plain.report["cycles"] > art.report["cycles"] >= best.report["cycles"]
+
+
+def test_depthwise_in_the_post_processing_at_most_eight_pixels_a_block_line():
+    """A 2-channel tensor stacks 16 pixels a line on tile32x32; padded to 32 channels for a stride-2 depthwise
+    layer's PPU.dw, its producer's GEMMs would write every 16th accumulator line, past GEMM.acc_si's 15 (a crash
+    found by a random-graph probe): `layers.MAX_PHASES` caps it at 8. Every layout: builds, exact."""
+    from hwc import isa
+    from hwc.tile.layers import MAX_PHASES
+
+    assert MAX_PHASES <= isa.LAYOUT[isa.Op.GEMM]["acc_si"][1].hi_val
+    t = tile_variant(TARGETS["tile32x32"], dw_post=True)
+    b = QBuilder(seed=5)
+    x = b.input("x", (1, 2, 6, 32), zp=3)
+    y = b.conv(x, 2, k=1, relu=True)
+    y = b.conv(y, 2, k=3, stride=2, group=2, relu=True)
+    g = b.output(b.conv(y, 4, k=1))
+    choice = check_exact(g, t).report["schedule"][0]
+    for flat in (False, True, "blocks"):
+        art = check_exact(g, t, pin=[dict(choice, flat=flat)])
+        assert max(i.get("acc_si") for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM) <= MAX_PHASES
+
+
 def test_depthwise_in_the_post_processing_needs_its_pairs():
     """PPU.dw only where it is exact: not for a stride-2 depthwise layer padded otherwise than PPU.dws knows, a 5x5
     one, a stride-1 one padded asymmetrically, or a convolution whose output has a second reader (it must then be
