@@ -1235,3 +1235,47 @@ def test_depthwise_in_the_post_processing_before_a_residual_add(target, after):
     art = check_exact(b.output(o), tile_variant(TARGETS[target], dw_post=True))
     fused = any(i.get("dw") for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU)
     assert fused == (after == "maxpool")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_depthwise_in_the_post_processing_random_graphs(seed):
+    """Random chains (1x1 and 3x3 convolutions of 2-64 channels, stride-1 and stride-2 depthwise layers in both
+    paddings, residual adds, max pools; images up to 33 rows) on both tiles with the stage, built with every
+    PPU.dw layout the search tries (`flat` False / True / "blocks", the search's other choices kept): exact against
+    the int8 reference. (Such probes found three of this feature's bugs: tests above.)"""
+    from hwc import isa
+
+    rng = np.random.default_rng(seed)
+    kinds = set()
+    for it in range(12):
+        t = tile_variant(TARGETS[str(rng.choice(["tile8x8", "tile32x32"]))], dw_post=True)
+        b = QBuilder(seed=seed * 100 + it)
+        c = int(rng.choice([2, 4, 8, 16, 32, 40]))
+        y = b.input("x", (1, c, int(rng.integers(3, 34)), 4 * int(rng.integers(1, 8))), zp=int(rng.integers(-9, 9)))
+        y = b.conv(y, int(rng.choice([2, 4, 8, 16, 32])), k=1, relu=True)   # (at least one layer for the tile)
+        hist = [y]
+        for _ in range(int(rng.integers(2, 7))):
+            op, shp = rng.choice(["pw", "dw", "dw2", "add", "pool", "conv3"]), b.g.type(y).shape
+            if op == "pw":
+                y = b.conv(y, int(rng.choice([2, 4, 8, 16, 32, 48])), k=1, relu=bool(rng.integers(0, 2)))
+            elif op == "conv3":
+                y = b.conv(y, int(rng.choice([8, 16, 32])), k=3, relu=True)
+            elif op == "dw":
+                y = b.conv(y, shp[1], k=3, pads=[1, 1, 1, 1], group=shp[1], relu=bool(rng.integers(0, 2)))
+            elif op == "dw2" and shp[2] >= 2 and shp[3] >= 3:
+                pads = [1, 1, 1, 1] if rng.integers(0, 2) else [0, 0, 1, 1]
+                y = b.conv(y, shp[1], k=3, stride=2, pads=pads, group=shp[1], relu=True)
+            elif op == "add" and any(b.g.type(z).shape == shp and z != y for z in hist):
+                y = b.add(y, next(z for z in hist if b.g.type(z).shape == shp and z != y), relu=True)
+            elif op == "pool" and shp[2] >= 2 and shp[3] >= 2:
+                y = b.maxpool(y, 2, 2)
+            else:
+                continue
+            hist.append(y)
+        g = b.output(y)
+        choice = check_exact(g, t, seed=it).report["schedule"][0]
+        for flat in (False, True, "blocks"):
+            art = check_exact(g, t, seed=it, pin=[dict(choice, flat=flat)])
+            kinds |= {(i.get("dws"), i.get("dwc"), i.get("dwf")) for i in isa.from_bytes(art.program)
+                      if i.op == isa.Op.PPU and i.get("dw")}
+    assert kinds, "no PPU.dw at all: the probe probes nothing"
