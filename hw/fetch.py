@@ -70,7 +70,8 @@ def _ranges(w, p: TileParams, ni_dw=None) -> dict:
     if p.dw_post:   # PPU.dw with stride 2 writes every other row and column, not its context rows (isa.ppu_out_dims)
         dws, dwc = f(O.PPU, "dws"), f(O.PPU, "dwc")
         no, ni = loops[O.PPU]
-        out_dims = (Mux(dws[1] | dwc.any(), dw_out_rows(w), no)[:len(no)], Mux(dws[1], (ni + 1 - dws[0]) >> 1, ni))
+        out_dims = (Mux(dws[1] | dwc.any(), dw_out_rows(w), no)[:len(no)],
+                    Mux(dws[1] & ~f(O.PPU, "dwf").any(), (ni + 1 - dws[0]) >> 1, ni))
     return {
         O.LOAD: [(f(O.LOAD, "dram"), rows[O.LOAD][0], f(O.LOAD, "dram_stride"), rows[O.LOAD][1], one, ext),
                  (f(O.LOAD, "sram"), rows[O.LOAD][0], f(O.LOAD, "sram_stride"), rows[O.LOAD][1], one, load_limit)],
@@ -130,7 +131,8 @@ def _flags(w, p: TileParams, ni_dw=None) -> dict:
                                                                        | (f(O.PPU, "n_inner") + 1 > p.dw_lines)))
                   | (f(O.PPU, "dws").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dws") == 1)))
                   | (f(O.PPU, "dwc").any() & (~f(O.PPU, "dw") | (dw_out_rows(w) <= 0)))
-                  | (f(O.PPU, "dwf").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dwf") == 3) | f(O.PPU, "dws").any())))
+                  | (f(O.PPU, "dwf").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dwf") == 3)
+                                              | (f(O.PPU, "dws").any() & (f(O.PPU, "dwf") != 1)))))
                  if p.dw_post else zero(O.PPU, "n_outer", "n_inner") | f(O.PPU, "dw") | f(O.PPU, "dws").any()
                  | f(O.PPU, "dwc").any() | f(O.PPU, "dwf").any(),
                  f(O.PPU, "param") + (f(O.PPU, "dw") * (isa.DW_POST_ENTRIES - 1) if p.dw_post else 0)

@@ -363,6 +363,7 @@ class PostEngine(wiring.Component):
             # (1, x + 2) and (2, 0): not written (bit 0)
             dwc = Signal(2)
             self._dwf = dwf = Signal(2)   # (the window's lane shift: `_dw_stage`)
+            self._odd2 = Signal()        # (PPU.dwf = 1 with PPU.dws = 3: the window one pixel further)
             pad = Mux(extra, 1, (loop.last_i & ~dwc[1]) | (loop.j == 0))
             outv = Mux(extra, 1, (((loop.i != 0) & (loop.j >= 2)) | ((loop.i >= 2) & (loop.j == 0)))
                        & ~(dwc[0] & Mux(loop.j == 0, loop.i == 2, loop.i == 1)))
@@ -371,14 +372,17 @@ class PostEngine(wiring.Component):
             dws, no_odd, ni_odd = Signal(2), Signal(), Signal()   # (n - 1) & 1 of the tile's counts
             with m.If(capture):
                 m.d.sync += [dws.eq(field(w, ppu, "dws")), dwc.eq(field(w, ppu, "dwc")), dwf.eq(field(w, ppu, "dwf")),
+                             self._odd2.eq((field(w, ppu, "dws") == 3) & (field(w, ppu, "dwf") == 1)),
                              no_odd.eq(field(w, ppu, "n_outer")[0] == field(w, ppu, "dwc")[1]),
                              ni_odd.eq(~field(w, ppu, "n_inner")[0])]
             ypar = Mux(extra, no_odd, Mux(loop.j == 0, loop.i[0], ~loop.i[0]))
             xpar = Mux(extra | (loop.j == 0), ni_odd, loop.j[0])
-            outv = outv & (~dws[1] | ((ypar == dws[0]) & (xpar == dws[0])))
+            # (two pixels a line, PPU.dwf = 1: every line has an output pixel)
+            outv = outv & (~dws[1] | ((ypar == dws[0]) & ((xpar == dws[0]) | dwf.any())))
             w_dws, w_dwc = field(w, ppu, "dws"), field(w, ppu, "dwc")
             odims = [Mux(w_dws[1] | w_dwc.any(), dw_out_rows(w), field(w, ppu, "n_outer"))[:12],
-                     Mux(w_dws[1], (field(w, ppu, "n_inner") + 1 - w_dws[0]) >> 1, field(w, ppu, "n_inner"))]
+                     Mux(w_dws[1] & ~field(w, ppu, "dwf").any(), (field(w, ppu, "n_inner") + 1 - w_dws[0]) >> 1,
+                         field(w, ppu, "n_inner"))]
             oloop = loop2d(m, "dwo", load=capture, step=is_dw & (step | extra) & outv,
                            n_outer=odims[0], n_inner=odims[1],
                            streams=[(field(w, ppu, "out"), field(w, ppu, "out_so"), field(w, ppu, "out_si"),
@@ -487,17 +491,20 @@ class PostEngine(wiring.Component):
             nxt, cur, prev = masked
             for kx in range(3):
                 for lane in range(n):
-                    if kx == 1:
-                        x = cur[lane]
-                    else:
-                        opts = []
+                    opts = {}
+                    for side in (0, 2):
+                        opts[side] = []
                         for d in range(3):
                             c = n >> d
-                            if kx == 0:
-                                opts.append(cur[lane - c] if lane >= c else prev[lane - c + n])
+                            if side == 0:
+                                opts[side].append(cur[lane - c] if lane >= c else prev[lane - c + n])
                             else:
-                                opts.append(cur[lane + c] if lane + c < n else nxt[lane + c - n])
-                        x = Mux(self._dwf == 2, opts[2], Mux(self._dwf == 1, opts[1], opts[0]))
+                                opts[side].append(cur[lane + c] if lane + c < n else nxt[lane + c - n])
+                    shifted = {s: Mux(self._dwf == 2, o[2], Mux(self._dwf == 1, o[1], o[0])) for s, o in opts.items()}
+                    # stride 2, two pixels a line, the odd outputs: the window one pixel further (left the centre,
+                    # centre the right neighbour, right the next line's same lanes)
+                    further = {0: cur[lane], 1: opts[2][1], 2: nxt[lane]}[kx]
+                    x = Mux(self._odd2, further, cur[lane] if kx == 1 else shifted[kx])
                     pr = Signal(signed(16), name=f"dw_p{ky}{kx}_{lane}", reset_less=True)
                     m.d.sync += pr.eq(x * taps[3 * ky + kx][8 * lane:8 * lane + 8].as_signed())
                     prods[(3 * ky + kx) * n + lane] = pr

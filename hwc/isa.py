@@ -126,13 +126,14 @@ def ppu_dw_rows(n_outer: int, dws: int = 0, dwc: int = 0) -> list[int]:
     return [y for y in rows if dws < 2 or y % 2 == dws & 1]
 
 
-def ppu_out_dims(n_outer: int, n_inner: int, dws: int = 0, dwc: int = 0) -> tuple[int, int]:
-    """The output grid of a PPU (PPU.dw with stride 2, `dws` = 2 or 3: every other row and column of the
-    stride-1 outputs, from the first (2) or the second (3); without its context rows, `dwc`, `ppu_dw_rows`)."""
+def ppu_out_dims(n_outer: int, n_inner: int, dws: int = 0, dwc: int = 0, dwf: int = 0) -> tuple[int, int]:
+    """The output grid of a PPU in lines (PPU.dw with stride 2, `dws` = 2 or 3: every other row and column of the
+    stride-1 outputs, from the first (2) or the second (3), but with two pixels a line (`dwf` = 1) one output
+    pixel every line; without its context rows, `dwc`, `ppu_dw_rows`)."""
     if dws < 2:
         return n_outer - (dwc & 1) - (dwc >> 1), n_inner
     phase = dws & 1
-    return len(ppu_dw_rows(n_outer, dws, dwc)), (n_inner + 1 - phase) >> 1
+    return len(ppu_dw_rows(n_outer, dws, dwc)), n_inner if dwf else (n_inner + 1 - phase) >> 1
 
 
 def dwp_delays(n: int, pitch: int, dw9: bool = False) -> list[int | None]:
@@ -207,9 +208,12 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
           "padding, whose outputs this PPU does not write (another PPU.dw's tile holds the rows around them): a "
           "tile of whole rows of a taller image (ppu_dw_rows). A BAD_FIELD without dw or without an output row",
           default=0),
-        F("dwf", 2, "with dw, stride 1: a line holds 2**dwf pixels of N >> dwf lanes (stacked, pixel p in lanes "
+        F("dwf", 2, "with dw: a line holds 2**dwf pixels of N >> dwf lanes (stacked, pixel p in lanes "
           "p * (N >> dwf) ..): a pixel's left and right neighbours are the lanes N >> dwf below and above, across "
-          "into the line before and after; 3, or with dws, is a BAD_FIELD", default=0),
+          "into the line before and after. With stride 2 (dws) only dwf = 1: the output pixel of a line is its "
+          "first pixel (dws 2) or its second (3, whose window lanes 0 .. N/2 - 1 then compute: centre and right "
+          "one pixel further), written to lanes 0 .. N/2 - 1 of one output line per line (the other lanes: the "
+          "same window one pixel further). 3, or 2 with dws, is a BAD_FIELD", default=0),
     ),
     Op.VEC: (
         F("op", 2, "VecOp: MAX or ADD"),

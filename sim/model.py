@@ -175,7 +175,7 @@ class TileModel:
             bad = bool(f["dw"] and not (self.dw_post and isa.DWP_MIN_PITCH <= f["n_inner"] + 1 <= self.dw_lines))
             bad = bad or bool(f["dws"] and (not f["dw"] or f["dws"] == 1))
             bad = bad or bool(f["dwc"] and not (f["dw"] and isa.ppu_dw_rows(f["n_outer"], f["dws"], f["dwc"])))
-            bad = bad or bool(f["dwf"] and not (f["dw"] and f["dwf"] < 3 and not f["dws"]))
+            bad = bad or bool(f["dwf"] and not (f["dw"] and f["dwf"] < 3 and (not f["dws"] or f["dwf"] == 1)))
         elif op == Op.VEC:
             counts, bad = (f["n_outer"], f["n_inner"]), f["op"] > max(isa.VecOp)
         elif op == Op.FILL:
@@ -198,7 +198,7 @@ class TileModel:
             return [(f["act"], no, f["act_so"], ni, f["act_si"], self.act_lines),
                     (f["acc"], no, f["acc_so"], ni - f["skip"], f["acc_si"], self.acc_lines)]
         if op == Op.PPU:
-            oo, oi = isa.ppu_out_dims(no, ni, f["dws"], f["dwc"])
+            oo, oi = isa.ppu_out_dims(no, ni, f["dws"], f["dwc"], f["dwf"])
             return [(f["acc"], no, f["acc_so"], ni, f["acc_si"], self.acc_lines),
                     (f["out"], oo, f["out_so"], oi, f["out_si"], self.act_lines)]
         if op == Op.VEC:
@@ -436,16 +436,18 @@ class TileModel:
                 prev, cur, nxt = (yp[ky:ky + no, kx:kx + ni] for kx in range(3))
                 left = np.concatenate([prev[..., n - c:], cur[..., :n - c]], axis=-1)
                 right = np.concatenate([cur[..., c:], nxt[..., :c]], axis=-1)
+                if f["dws"] == 3 and f["dwf"] == 1:   # the window one pixel further (output: a line's second)
+                    left, cur, right = cur, right, nxt
                 s = s + taps[ky, 0] * left + taps[ky, 1] * cur + taps[ky, 2] * right
             # the rows it writes: not context rows (dwc); stride 2: every other one, from the first or the second
             s = s[isa.ppu_dw_rows(no, f["dws"], f["dwc"])]
-            if f["dws"]:   # (and every other column)
+            if f["dws"] and not f["dwf"]:   # (and every other column; two pixels a line: every line)
                 s = s[:, f["dws"] & 1::2]
             pe = self._entry(f["param"] + 1)
             shift = np.clip(pe["shift"], arith.SHIFT_MIN, arith.SHIFT_MAX)
             y = arith.requantize(s.reshape(-1, n) + pe["bias"], pe["mult"], shift, pe["z_out"], pe["lo"],
                                  pe["hi"])
-        oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"], f["dwc"])
+        oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"], f["dwc"], f["dwf"])
         _scatter(self.act, _grid(f["out"], oo, f["out_so"], oi, f["out_si"]), y)
 
     def _vec(self, f: dict) -> None:

@@ -93,7 +93,7 @@ class RandomProgram:
         elif op == Op.PPU:
             rd |= grid("acc", f["acc"], f["n_outer"], f["acc_so"], f["n_inner"], f["acc_si"])
             rd |= {("param", f["param"] * self.peb + b) for b in range(self.peb * (3 if f["dw"] else 1))}
-            oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"], f["dwc"])
+            oo, oi = isa.ppu_out_dims(f["n_outer"], f["n_inner"], f["dws"], f["dwc"], f["dwf"])
             wr |= grid("act", f["out"], oo, f["out_so"], oi, f["out_si"])
         elif op == Op.VEC:
             rd |= grid("act", f["a"], f["n_outer"], f["in_so"], f["n_inner"], f["in_si"])
@@ -206,14 +206,15 @@ class RandomProgram:
             dws = int(r.choice([0, 2, 3]))
             dwc = int(r.integers(0, 4)) if r.random() < 0.5 else 0
             dwf = 0
-            if dws == 0 and r.random() < 0.7:   # stacked: 2 or 4 pixels a line, in turn
+            if r.random() < 0.7:   # stacked: 2 or 4 pixels a line, in turn (stride 2: 2 only)
                 self.dwf_next = dwf = 3 - getattr(self, "dwf_next", 2)
+                dwf = 1 if dws else dwf
             while not isa.ppu_dw_rows(no, dws, dwc):
                 no += 1
             acc, acc_so, acc_si = self._range(self.ACC, no, ni)
             if acc_so < 0 or acc_si < 0:
                 acc, acc_so, acc_si = int(r.integers(0, self.ACC - ni)), 0, 1
-            out, out_so, out_si = self._out(*isa.ppu_out_dims(no, ni, dws, dwc), set())
+            out, out_so, out_si = self._out(*isa.ppu_out_dims(no, ni, dws, dwc, dwf), set())
             return self.emit(Op.PPU, acc=acc, out=out, n_outer=no, n_inner=ni, acc_so=acc_so, acc_si=acc_si,
                              out_so=out_so, out_si=out_si, param=int(r.integers(0, self.PE - 2)), dw=1, dws=dws,
                              dwc=dwc, dwf=dwf,
@@ -559,7 +560,7 @@ DW_POST_ERRORS = {"err_ppu_dw_short_pitch": (dict(n_inner=isa.DWP_MIN_PITCH - 2)
                   "err_ppu_dwc_out": (dict(n_outer=5, dwc=3, out=-14), E.OUT_OF_RANGE),
                   # stacked pixels: 1, 2 or 4 a line; stride 1 only
                   "err_ppu_dwf_3": (dict(dwf=3), E.BAD_FIELD),
-                  "err_ppu_dwf_stride_2": (dict(dwf=1, dws=2), E.BAD_FIELD),
+                  "err_ppu_dwf_stride_2": (dict(dwf=2, dws=2), E.BAD_FIELD),
                   "err_ppu_dwf_without_dw": (dict(dw=0, dwf=1), E.BAD_FIELD)}
 
 

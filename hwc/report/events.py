@@ -127,7 +127,7 @@ def insn_events(insn: isa.Insn, n: int, beat: int, peb: int) -> dict:
     elif op == isa.Op.PPU and insn.get("dw"):
         p = insn.n_outer * insn.n_inner
         q = isa.ppu_dw_positions(insn.n_outer, insn.n_inner, insn.get("dwc"))
-        oo, oi = isa.ppu_out_dims(insn.n_outer, insn.n_inner, insn.get("dws"), insn.get("dwc"))
+        oo, oi = isa.ppu_out_dims(insn.n_outer, insn.n_inner, insn.get("dws"), insn.get("dwc"), insn.get("dwf"))
         ev.update(mult_int32=(q + oo * oi) * n, add_int32=3 * (q + oo * oi) * n, mac_int8=9 * q * n,
                   param_read_bytes=isa.DW_POST_ENTRIES * peb * beat, acc_read_bytes=4 * p * n,
                   rowbuf_read_bytes=2 * q * n, rowbuf_write_bytes=2 * q * n, act_write_bytes=oo * oi * n)

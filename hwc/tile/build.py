@@ -58,8 +58,11 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
         blocks = frozenset(m for m in mids if plan.tensors[m].c == n)
         # (and thin ones of a stride-2 depthwise layer, which PPU.dwf does not take stacked, padded to N channels)
         thin2 = frozenset(m for m in mids if plan.tensors[m].c < n and (pairs[m].plain or pairs[m]).strides == (2, 2))
-        flats = [(False, frozenset(), frozenset()), (True, mids, frozenset()), ("blocks", blocks | thin2, thin2)]
-        flats = [x for x in flats if x[0] is False or x[1]]
+        # ("pairs": those thin ones stacked, their blocks of two pixels written in pixel order, PPU.dwf = 1)
+        halves = frozenset(m for m in thin2 if 2 * plan.tensors[m].c == n)
+        flats = [(False, frozenset(), frozenset(), frozenset()), (True, mids, frozenset(), frozenset()),
+                 ("blocks", blocks | thin2, thin2, frozenset()), ("pairs", blocks | halves, frozenset(), halves)]
+        flats = [x for x in flats if x[0] is False or (x[1] and (x[0] != "pairs" or halves))]
         if fixed is not None:
             flats = [next((x for x in flats if x[0] == fixed.get("flat", False)), flats[0])]
         # expand: the host im2col of a thin first layer (True), of its rows into stacked outputs ("rows"), or none
@@ -72,11 +75,11 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
             if expand == "rows" and not stack:
                 continue
             layouts = set()
-            for flat_kind, flat, padded in flats:
+            for flat_kind, flat, padded, loose in flats:
                 for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
                     p = copy.deepcopy(start)
                     if stack:
-                        space_to_depth(p, n, shift=shift, flat=flat, padded=padded)
+                        space_to_depth(p, n, shift=shift, flat=flat, padded=padded, loose=loose)
                     if expand == "rows" and not im2row_first_layer(p, start, n, target["scratchpad"]["act_lines"]):
                         continue  # no thin first layer with a stacked output
                     layout = (tuple((name, t.s2d, t.shift, t.c) for name, t in sorted(p.tensors.items())),
@@ -99,7 +102,8 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
         if not variants:  # a pinned im2col that does not apply here
             p = copy.deepcopy(plan)
             if stack:
-                space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")), flat=flats[0][1], padded=flats[0][2])
+                space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")), flat=flats[0][1], padded=flats[0][2],
+                           loose=flats[0][3])
             used = any(t.shift for t in p.tensors.values())
             variants += [(c, bp, prog, dict(choice, shift=used, flat=flats[0][0]))
                          for c, bp, prog, choice in _programs(p, target, double_buffer, base, fixed)]

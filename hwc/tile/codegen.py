@@ -212,22 +212,23 @@ class Codegen:
         return isa.pack_param_entry(lanes(bias, 0), lanes(mult, 1 << 30), lanes(shift, 1), z_out, lo, hi, n,
                                     self.beat)
 
-    def param_dw(self, conv: ConvLayer, dw: ConvLayer, lanes: slice) -> int:
+    def param_dw(self, conv: ConvLayer, dw: ConvLayer, lanes: slice, dwf: int = 0) -> int:
         """PPU.dw's three consecutive PARAM entries for output block `lanes` of `conv` followed by depthwise `dw`:
         the conv's requantization (its z_out is the depthwise layer's padding), the depthwise layer's, and its
         taps (byte (3 ky + kx) N + lane)."""
         n = self.n
         first = self._entry_bytes(conv.bias[lanes], conv.mult[lanes], conv.shift[lanes], conv.z_out, conv.lo, conv.hi)
-        second = self._entry_bytes(dw.bias[lanes], dw.mult[lanes], dw.shift[lanes], dw.z_out, dw.lo, dw.hi)
+        plain = dw.plain or dw
+        c = plain.weight.shape[0]
+        # PPU.dwf: lane l is channel l mod c of a pixel (c lanes a pixel); else lanes past the channels are an
+        # input padded to N channels (`layers.space_to_depth(padded=...)`)
+        tiled = dwf and dw.plain is None   # (a stacked layer's requantization is per stacked channel already)
+        bias, mult, shift = (np.tile(v, n // c) if tiled else v for v in (dw.bias, dw.mult, dw.shift))
+        second = self._entry_bytes(bias[lanes], mult[lanes], shift[lanes], dw.z_out, dw.lo, dw.hi)
         taps = np.zeros((3, 3, n), np.int8)
         ch = np.arange(lanes.start, lanes.stop)
-        if dw.plain is not None:   # PPU.dwf: lane l is channel l mod c of a pixel (c lanes a pixel)
-            c = dw.plain.weight.shape[0]
-            ch = ch % c
-            taps[:, :, :len(ch)] = dw.plain.weight[ch, ch].transpose(1, 2, 0)
-        else:   # (lanes past its channels: an input padded to N channels, `layers.space_to_depth(padded=...)`)
-            ch = ch[ch < dw.weight.shape[0]]
-            taps[:, :, :len(ch)] = dw.weight[ch, ch].transpose(1, 2, 0)
+        ch = ch % c if dwf else ch[ch < c]
+        taps[:, :, :len(ch)] = plain.weight[ch, ch].transpose(1, 2, 0)
         raw = taps.tobytes()
         third = raw + bytes(len(first) - len(raw))
         key = first + second + third
@@ -262,18 +263,22 @@ class Codegen:
 
     def _dw_layout(self, mid: TileTensor, dw: ConvLayer) -> tuple[int, int, int] | None:
         """How PPU.dw takes `mid`, the input of depthwise layer `dw`: (pixel phases, PPU.dwf, row pitch - 1 in
-        positions), or None. One pixel per line: (1, 0, width). Stacked, of N channels a pixel, laid out for it
-        (`layers.space_to_depth(flat=...)`: `dw` reads it one pixel per line, was not rewritten): output block b of
-        the conv is pixel phase b, and its GEMMs write pixel f X + b to accumulator line f X + b (`emit_conv`):
-        (f, 0, f x width). Stacked f = 2 or 4 pixels of N / f lanes in one block, the depthwise layer's output
-        stacked alike, stride 1: PPU.dwf shifts the window by N / f lanes (1, log2 f, lines)."""
+        positions), or None. One pixel per line: (1, 0, width). Stacked, laid out for it
+        (`layers.space_to_depth(flat=...)`: `dw` reads it one pixel per line, was not rewritten), of k blocks a line
+        (N channels a pixel, or N / 2 for a stride-2 layer: q = 1 or 2 pixels a block): output block b of the conv
+        goes to accumulator line k X + b (`emit_conv`), so the accumulators hold the row in pixel order, q pixels a
+        line: (k, log2 q, k x width). Stacked f = 2 or 4 pixels of N / f lanes in one block, the depthwise layer's
+        output stacked alike, stride 1: PPU.dwf shifts the window by N / f lanes (1, log2 f, lines)."""
         dst, f, n = self.tensor(dw.dst), mid.s2d, self.n
         plain = dw.plain or dw
         if f == 1:
             layout, ok = (1, 0, mid.w), dst.s2d == 1
-        elif dw.plain is None:
-            layout = (f, 0, mid.w * f)
-            ok = mid.c == f * n and mid.shift == 0 and mid.w * f == mid.w0 and dst.s2d == 1 and f <= MAX_PHASES
+        elif dw.plain is None:   # (k blocks a stacked line, q pixels a block: q = 2 takes a stride-2 layer only)
+            k, c = max(1, mid.c // n), plain.weight.shape[0]
+            q = f // k
+            layout = (k, q.bit_length() - 1, mid.w * k)
+            ok = (mid.c == k * n and f == k * q and (q == 1 or (q == 2 and c * 2 == n and plain.strides == (2, 2)))
+                  and mid.shift == 0 and mid.w * f == mid.w0 and dst.s2d == 1 and k <= MAX_PHASES)
         else:
             layout = (1, f.bit_length() - 1, mid.w)
             ok = (f in (2, 4) and dst.s2d == f and mid.c == dst.c == n and mid.shift == dst.shift == 0
@@ -659,7 +664,8 @@ class Codegen:
                 taps = self._conv_taps(layer, wpad, cob, mode, dw_mode)
                 lanes = slice(cob * n, min(m, (cob + 1) * n))
                 if fdw is not None:
-                    pieces = [(0, wo * phases, self.param_dw(layer, fdw, lanes if phases == 1 else slice(0, n)))]
+                    pieces = [(0, wo * phases, self.param_dw(layer, fdw, lanes if phases == 1 else slice(0, n),
+                                                             ppu_dwf))]
                 else:
                     entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out,
                                        layer.lo, layer.hi)

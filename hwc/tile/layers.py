@@ -624,7 +624,7 @@ def dw_post_flat(plan: TilePlan, target: dict) -> dict[str, ConvLayer]:
 
 
 def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: frozenset[str] = frozenset(),
-                   padded: frozenset[str] = frozenset()) -> None:
+                   padded: frozenset[str] = frozenset(), loose: frozenset[str] = frozenset()) -> None:
     """Stack several pixels of a thin tensor (fewer channels than lanes) into one line.
 
     A tensor of C channels is stored with f = N/C pixels per line (f a power of two that
@@ -638,7 +638,9 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
     stacked like any other; its producer's GEMMs then write each stacked pixel's block to the accumulator line of
     that pixel (Codegen.emit_conv), so its reader sees it one pixel per line. A thinner one keeps one pixel per
     line, or, in `padded` (of `flat`), is padded to N channels by its producer's weights (zero rows: output
-    blocks of one pixel, N - C lanes unused) and taken as a whole-block one. Either way the depthwise layer's
+    blocks of one pixel, N - C lanes unused) and taken as a whole-block one, or, in `loose` (of `flat`), is
+    stacked like any other and its blocks (of N / C pixels) written to the accumulators in pixel order (a
+    stride-2 depthwise layer's PPU.dw then reads two pixels a line, PPU.dwf). Either way the depthwise layer's
     output keeps one pixel per line (PPU.dw writes it so)."""
     by_src = {layer.src: layer for layer in plan.layers if isinstance(layer, ConvLayer)}
     by_dst = {layer.dst: layer for layer in plan.layers if isinstance(layer, ConvLayer)}
@@ -651,7 +653,7 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
             conv.bias, conv.mult = (np.concatenate([v, np.zeros(extra, v.dtype)]) for v in (conv.bias, conv.mult))
             conv.shift = np.concatenate([conv.shift, np.full(extra, conv.shift[0], conv.shift.dtype)])
             t.c += extra
-    destack = {name for name in flat if plan.tensors[name].c == n_lanes}
+    destack = {name for name in flat if plan.tensors[name].c == n_lanes} | set(loose)
     fixed = (set(flat) - destack) | {by_src[name].dst for name in flat}
 
     def f_in(layer: ConvLayer) -> int:   # the stacking a convolution reads its input with

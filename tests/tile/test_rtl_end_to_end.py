@@ -410,3 +410,32 @@ def test_depthwise_in_the_post_processing_of_stacked_pixels_through_the_rtl():
     assert any(i.get("acc_si") == 2 for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM)
     feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, 4, 7, 10)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
+
+
+def test_depthwise_in_the_post_processing_two_pixels_a_line_through_the_rtl():
+    """PPU.dwf through the tile8x8 RTL with the stage, the other two ways: a 2-channel depthwise layer stacked four
+    pixels a line (dwf = 2), and a stride-2 4-channel one (TensorFlow's "same" padding: the odd outputs, the window
+    one pixel further) whose input's blocks of two pixels its conv writes in pixel order (dwf = 1, the "pairs"
+    layout): RTL == model == int8 reference, equal cycles."""
+    from hwc.targets import load_target, tile_variant
+    from qgraphs import QBuilder
+
+    from hwc import isa
+    from hwc.ir import verify
+    from hwc.tile.build import build_tile
+
+    target = tile_variant(load_target("tile8x8"), dw_post=True)
+    b = QBuilder(seed=44)
+    y = b.input("x", (1, 2, 6, 16), zp=-3)
+    y = b.conv(y, 2, k=1, relu=True)
+    y = b.conv(y, 2, k=3, group=2, relu=True)
+    y = b.conv(y, 4, k=1, relu=True)
+    y = b.conv(y, 4, k=3, stride=2, pads=[0, 0, 1, 1], group=4, relu=True)
+    g = b.output(b.conv(y, 3, k=1))
+    verify(g)
+    pin = dict(tiling="cost", loads="eager", split=False, bus_groups=False, shift=False, im2col=False, flat="pairs")
+    art = build_tile(g, target, hdl=True, pin=[pin])
+    fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
+    assert {(i.get("dws"), i.get("dwf")) for i in fused} == {(0, 2), (3, 1)}, fused
+    feeds = {"x": np.random.default_rng(9).integers(-128, 128, (1, 2, 6, 16)).astype(np.int8)}
+    _rtl_equals_model_equals_reference(art, g, feeds)

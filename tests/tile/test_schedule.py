@@ -1154,7 +1154,9 @@ def test_depthwise_in_the_post_processing_of_thin_stacked_pixels(target, c, h, w
     A stride-1 depthwise layer over them runs in PPU.dw with PPU.dwf (the window's neighbours c lanes away, across
     into the lines beside), reading and writing the stacked lines; a stride-2 one after a thin layer, padded to N
     channels (`layers.space_to_depth(padded=...)`: one pixel per output block, written one pixel per accumulator
-    line). Exact against the int8 reference; all three depthwise layers fused, faster than without the layout."""
+    line); or ("pairs", c = N/4) that input stacked too, its conv's blocks of two pixels written in pixel order and
+    read two pixels a line (PPU.dwf = 1 at stride 2). Exact against the int8 reference; all three depthwise layers
+    fused, faster than without the layouts."""
     from hwc import isa
 
     t = tile_variant(TARGETS[target], dw_post=True)
@@ -1177,6 +1179,12 @@ def test_depthwise_in_the_post_processing_of_thin_stacked_pixels(target, c, h, w
     assert sum(1 for layer in art.report["layers"] if layer.get("dw_post")) == 3
     plain = check_exact(g, t, pin=[dict(choice, flat=False)])
     assert plain.report["cycles"] > art.report["cycles"] >= best.report["cycles"]
+    if 4 * c == n:   # the stride-2 layer's input of N/2 channels: also stacked, read two pixels a line ("pairs")
+        pairs = check_exact(g, t, pin=[dict(choice, flat="pairs")])
+        fused = [i for i in isa.from_bytes(pairs.program) if i.op == isa.Op.PPU and i.get("dw")]
+        assert any(i.get("dws") == 2 and i.get("dwf") == 1 for i in fused)
+        assert sum(1 for layer in pairs.report["layers"] if layer.get("dw_post")) == 3
+        assert pairs.report["cycles"] >= best.report["cycles"]
 
 
 def test_depthwise_in_the_post_processing_at_most_eight_pixels_a_block_line():
@@ -1274,7 +1282,7 @@ def test_depthwise_in_the_post_processing_random_graphs(seed):
             hist.append(y)
         g = b.output(y)
         choice = check_exact(g, t, seed=it).report["schedule"][0]
-        for flat in (False, True, "blocks"):
+        for flat in (False, True, "blocks", "pairs"):
             art = check_exact(g, t, seed=it, pin=[dict(choice, flat=flat)])
             kinds |= {(i.get("dws"), i.get("dwc"), i.get("dwf")) for i in isa.from_bytes(art.program)
                       if i.op == isa.Op.PPU and i.get("dw")}
