@@ -382,11 +382,14 @@ def test_depthwise_in_the_post_processing_in_row_bands_through_the_rtl():
     _rtl_equals_model_equals_reference(art, g, feeds)
 
 
-def test_depthwise_in_the_post_processing_of_stacked_pixels_through_the_rtl():
+@pytest.mark.parametrize("c,h,w,pads,flat,kinds", [
+    (4, 7, 10, [1, 1, 1, 1], "blocks", {(0, 1), (2, 0)}), (2, 6, 16, [0, 0, 1, 1], "pairs", {(0, 2), (3, 1)})])
+def test_depthwise_in_the_post_processing_of_stacked_pixels_through_the_rtl(c, h, w, pads, flat, kinds):
     """PPU.dw over stacked pixels in a compiled CNN on tile8x8 with the stage, through the generated tile.v: a
-    4-channel depthwise layer stacked two pixels a line (PPU.dwf, the window shifted by 4 lanes), a stride-2
-    8-channel one whose input's pixels the GEMMs write one per accumulator line, and a row-banded one; RTL ==
-    model == int8 reference, equal cycles (the layout pinned: `flat` = "blocks")."""
+    c-channel depthwise layer stacked 8 / c pixels a line (PPU.dwf, the window shifted by c lanes), then a
+    stride-2 2c-channel one: 8 channels, its conv's one-pixel blocks written one per accumulator line ("blocks"),
+    or 4 with TensorFlow's "same" padding (the odd outputs), its conv's blocks of two pixels written in pixel order
+    and read two pixels a line (dwf = 1, "pairs"). RTL == model == int8 reference, equal cycles (layout pinned)."""
     from hwc.targets import load_target, tile_variant
     from qgraphs import QBuilder
 
@@ -395,47 +398,18 @@ def test_depthwise_in_the_post_processing_of_stacked_pixels_through_the_rtl():
     from hwc.tile.build import build_tile
 
     target = tile_variant(load_target("tile8x8"), dw_post=True)
-    b = QBuilder(seed=43)
-    y = b.input("x", (1, 4, 7, 10), zp=3)
-    y = b.conv(y, 4, k=1, relu=True)
-    y = b.conv(y, 4, k=3, group=4, relu=True)
-    y = b.conv(y, 8, k=1, relu=True)
-    y = b.conv(y, 8, k=3, stride=2, group=8, relu=True)
+    b = QBuilder(seed=40 + c)
+    y = b.input("x", (1, c, h, w), zp=3)
+    y = b.conv(y, c, k=1, relu=True)
+    y = b.conv(y, c, k=3, group=c, relu=True)
+    y = b.conv(y, 2 * c, k=1, relu=True)
+    y = b.conv(y, 2 * c, k=3, stride=2, pads=pads, group=2 * c, relu=True)
     g = b.output(b.conv(y, 3, k=1))
     verify(g)
-    pin = dict(tiling="cost", loads="eager", split=False, bus_groups=False, shift=False, im2col=False, flat="blocks")
+    pin = dict(tiling="cost", loads="eager", split=False, bus_groups=False, shift=False, im2col=False, flat=flat)
     art = build_tile(g, target, hdl=True, pin=[pin])
-    fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
-    assert {(i.get("dws"), i.get("dwf")) for i in fused} == {(0, 1), (2, 0)}, fused
-    assert any(i.get("acc_si") == 2 for i in isa.from_bytes(art.program) if i.op == isa.Op.GEMM)
-    feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, 4, 7, 10)).astype(np.int8)}
-    _rtl_equals_model_equals_reference(art, g, feeds)
-
-
-def test_depthwise_in_the_post_processing_two_pixels_a_line_through_the_rtl():
-    """PPU.dwf through the tile8x8 RTL with the stage, the other two ways: a 2-channel depthwise layer stacked four
-    pixels a line (dwf = 2), and a stride-2 4-channel one (TensorFlow's "same" padding: the odd outputs, the window
-    one pixel further) whose input's blocks of two pixels its conv writes in pixel order (dwf = 1, the "pairs"
-    layout): RTL == model == int8 reference, equal cycles."""
-    from hwc.targets import load_target, tile_variant
-    from qgraphs import QBuilder
-
-    from hwc import isa
-    from hwc.ir import verify
-    from hwc.tile.build import build_tile
-
-    target = tile_variant(load_target("tile8x8"), dw_post=True)
-    b = QBuilder(seed=44)
-    y = b.input("x", (1, 2, 6, 16), zp=-3)
-    y = b.conv(y, 2, k=1, relu=True)
-    y = b.conv(y, 2, k=3, group=2, relu=True)
-    y = b.conv(y, 4, k=1, relu=True)
-    y = b.conv(y, 4, k=3, stride=2, pads=[0, 0, 1, 1], group=4, relu=True)
-    g = b.output(b.conv(y, 3, k=1))
-    verify(g)
-    pin = dict(tiling="cost", loads="eager", split=False, bus_groups=False, shift=False, im2col=False, flat="pairs")
-    art = build_tile(g, target, hdl=True, pin=[pin])
-    fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
-    assert {(i.get("dws"), i.get("dwf")) for i in fused} == {(0, 2), (3, 1)}, fused
-    feeds = {"x": np.random.default_rng(9).integers(-128, 128, (1, 2, 6, 16)).astype(np.int8)}
+    prog = isa.from_bytes(art.program)
+    assert {(i.get("dws"), i.get("dwf")) for i in prog if i.op == isa.Op.PPU and i.get("dw")} == kinds
+    assert any(i.get("acc_si") == 2 for i in prog if i.op == isa.Op.GEMM)
+    feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, c, h, w)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
