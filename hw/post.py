@@ -489,22 +489,16 @@ class PostEngine(wiring.Component):
                 m.d.comb += ml.eq(Mux(inside, rows[kr][j], zv))
                 masked.append([ml[8 * lane:8 * lane + 8].as_signed() for lane in range(n)])
             nxt, cur, prev = masked
-            for kx in range(3):
-                for lane in range(n):
-                    opts = {}
-                    for side in (0, 2):
-                        opts[side] = []
-                        for d in range(3):
-                            c = n >> d
-                            if side == 0:
-                                opts[side].append(cur[lane - c] if lane >= c else prev[lane - c + n])
-                            else:
-                                opts[side].append(cur[lane + c] if lane + c < n else nxt[lane + c - n])
-                    shifted = {s: Mux(self._dwf == 2, o[2], Mux(self._dwf == 1, o[1], o[0])) for s, o in opts.items()}
-                    # stride 2, two pixels a line, the odd outputs: the window one pixel further (left the centre,
-                    # centre the right neighbour, right the next line's same lanes)
-                    further = {0: cur[lane], 1: opts[2][1], 2: nxt[lane]}[kx]
-                    x = Mux(self._odd2, further, cur[lane] if kx == 1 else shifted[kx])
+            for lane in range(n):
+                # the left and right neighbours c = N >> dwf lanes away, for dwf = 0, 1, 2
+                left = [cur[lane - c] if lane >= c else prev[lane - c + n] for c in (n, n >> 1, n >> 2)]
+                right = [cur[lane + c] if lane + c < n else nxt[lane + c - n] for c in (n, n >> 1, n >> 2)]
+                window = [Mux(self._dwf == 2, o[2], Mux(self._dwf == 1, o[1], o[0])) for o in (left, right)]
+                # stride 2, two pixels a line, the odd outputs: the window one pixel further (left the centre,
+                # centre the right neighbour, right the next line's same lanes)
+                xs = [Mux(self._odd2, cur[lane], window[0]), Mux(self._odd2, right[1], cur[lane]),
+                      Mux(self._odd2, nxt[lane], window[1])]
+                for kx, x in enumerate(xs):
                     pr = Signal(signed(16), name=f"dw_p{ky}{kx}_{lane}", reset_less=True)
                     m.d.sync += pr.eq(x * taps[3 * ky + kx][8 * lane:8 * lane + 8].as_signed())
                     prods[(3 * ky + kx) * n + lane] = pr
