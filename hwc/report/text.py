@@ -58,7 +58,8 @@ def summary(rep: dict) -> Table:
                   f"pixel tiling {ch['tiling']}, loads {ch['loads']}, host im2col {_IM2COL.get(ch['im2col'], 'no')}, "
                   f"shifted stacking {'yes' if ch.get('shift') else 'no'}, "
                   f"first weights in pieces {'yes' if ch.get('split') else 'no'}, "
-                  f"bus-bound weight groups grown {'yes' if ch.get('bus_groups') else 'no'}")
+                  f"bus-bound weight groups grown {'yes' if ch.get('bus_groups') else 'no'}, "
+                  f"weights prefetched {'yes' if ch.get('prefetch') else 'no'}")
     mem = rep.get("memory", {})
     if "peak_bytes" in mem:
         t.add_row("activation memory: peak / lower bound / no sharing",

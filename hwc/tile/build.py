@@ -186,13 +186,21 @@ def _policy_task(args: tuple, packed: bool = False):
     return found
 
 
-def _cycles(target: dict, prog: TileProgram, base: int) -> int:
-    """The program's cycle count in the tile model (timing does not depend on the data)."""
+def _timed(target: dict, prog: TileProgram, base: int):
+    """The program in the tile model (timing does not depend on the data): its Result."""
     from hwc.sim.model import TileModel
 
     program = isa.to_bytes(prog.program)
     po = host.program_offset(prog.dram_bytes)   # (data=False reads the program only: no constants copied in)
-    return TileModel(target).run(program, bytearray(po + len(program)), po // isa.INSN_BYTES, data=False).cycles
+    res = TileModel(target).run(program, bytearray(po + len(program)), po // isa.INSN_BYTES, data=False)
+    if res.error:   # (a candidate's cycles up to an error would look fast)
+        raise AssertionError(f"scheduler produced an invalid program: {res.error.name} at {res.error_pc}")
+    return res
+
+
+def _cycles(target: dict, prog: TileProgram, base: int) -> int:
+    """The program's cycle count in the tile model."""
+    return _timed(target, prog, base).cycles
 
 
 def _policies(target: dict, fixed: dict | None) -> tuple[str, ...]:
@@ -231,7 +239,7 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
                     continue
                 prog = eager if loads == "eager" else cg.refinalize(loads)
                 mine.append((_cycles(target, prog, base), p, prog,
-                             {"tiling": policy, "loads": loads, "split": False, "bus_groups": bus}))
+                             {"tiling": policy, "loads": loads, "split": False, "bus_groups": bus, "prefetch": False}))
         best = min(mine, key=lambda c: c[0])
         cg, p = gens[best[3]["bus_groups"]]
         first = next((i for i in best[2].program if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT), None)
@@ -243,6 +251,14 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
             if prog.program != best[2].program:   # (a single piece: the same program)
                 split = (_cycles(target, prog, base), p, prog, dict(best[3], split=True))
                 mine = [split] if fixed is not None else [*mine, split]
+        if double_buffer and (fixed is None or fixed.get("prefetch")):
+            # the fastest again, with later groups' weights prefetched where its LOAD unit idles (finalize)
+            c0, p, prog0, choice = min(mine, key=lambda c: c[0])
+            cg = gens[choice["bus_groups"]][0]
+            prog = cg.refinalize(choice["loads"], choice["split"], (prog0, _timed(target, prog0, base).issue))
+            if prog.program != prog0.program:
+                pre = (_cycles(target, prog, base), p, prog, dict(choice, prefetch=True))
+                mine = [pre] if fixed is not None else [*mine, pre]
         found += mine
     return found
 

@@ -60,6 +60,10 @@ MIN_CHUNK_LINES = 64
 #: The params after the first weight group's load in parts of at least this many beats, one at a time
 #: where the LOAD unit has room (a single big LOAD would block the issue when a PPU first needs it).
 PARAM_PART_BEATS = 256
+#: Weights prefetched into a bank the group before computes from (`finalize`, `times`) load in pieces of at least
+#: this many blocks (besides the last): a LOAD costs LOAD_OVERHEAD + LM cycles of the bus besides its beats.
+#: (MobileNetV1-0.25 tile32x32: 12,212 cycles from 1 to 32 blocks, 12,230 at 64.)
+PREFETCH_MIN_BLOCKS = 8
 #: A tensor's halo between its first and last rows (a row's right pad and the next row's left pad) is filled by
 #: strided FILLs of up to this many runs: one FILL per row cost its issue overhead per row on POST.
 HALO_ROWS_PER_FILL = 16
@@ -79,6 +83,7 @@ class Emitted:
     layer: int = -1
     wait: Wait = Wait.NONE     # explicit waits (hazards on units other than LOAD)
     writes: tuple | None = None  # POST: the ACT region it writes (tensor, block or None, first row, end row)
+    reads: tuple | None = None   # a GEMM: the ACT region it reads (`Codegen._first_chunk`)
 
 
 @dataclass
@@ -115,6 +120,7 @@ class TileProgram:
     act_plan: dict                  # ACT memory report (lines)
     layers: list[dict]              # per layer: name, op, macs, instruction range
     insn_layer: list[int]           # layer index of every instruction (-1: none)
+    emitted_at: dict = field(default_factory=dict)   # (group, index in it) -> instruction of each compute one
 
 
 def _input_chunks(t: TileTensor, step: int) -> list[tuple[int, int, int, int]]:
@@ -395,7 +401,8 @@ class Codegen:
         if opcode == Op.GEMM and region is not None and region[0] in self.in_chunks:
             needs = self._needed_chunks(needs, region)
         writes = (region or _EVERYWHERE) if opcode in (Op.PPU, Op.VEC, Op.FILL) else None
-        g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait, writes))
+        g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait, writes,
+                                 region if opcode == Op.GEMM else None))
         lines = _lines(fields)
         # the group's compute time, which the next group's LOAD must fit in: the array's (v2: the PPU and VEC run
         # beside it; counting them made groups too large to load in time: DS-CNN tile32x32 41.7 -> 43.6% without)
@@ -1498,13 +1505,47 @@ class Codegen:
             layer_records.append(rec)
         self.flush_fills()
         self.layer = -1
+        for name in plan.inputs:
+            self._first_chunk(name)
         self._finals = (act, layer_records)
         return self.finalize(act, copy.deepcopy(layer_records))
 
-    def refinalize(self, loads: str, split: bool = False) -> TileProgram:
-        """The same schedule with another LOAD placement policy (after `run`)."""
+    def _first_chunk(self, name: str) -> None:
+        """Model input `name`'s first LOAD chunk: the rows the first pixel tile reads (its GEMMs up to the next
+        that starts a sum), not a fixed step, so that no row more than it needs comes before the first GEMM
+        (MobileNetV1-0.25 tile32x32: 35 rows instead of three chunks of 13). The instructions' chunks follow."""
+        old, t = self.in_chunks[name], self.tensor(name)
+        if len(old) < 2 or old[0][1] - old[0][0] > 1:   # (an FC layer's input: whole blocks per chunk)
+            return
+        step = old[0][3] - old[0][2]
+        reads = [e for g in self.groups for e in g.compute if e.reads is not None and e.reads[0] == name]
+        if not reads:
+            return
+        end = reads[0].reads[3]
+        for e in reads[1:]:
+            if e.insn_args[1]["reset"]:
+                break
+            end = max(end, e.reads[3])
+        if end <= step or end >= t.h:
+            return
+        cuts = [0, end] + list(range(end + step, t.h, step)) + [t.h]
+        new = [(cb, cb + 1, a, b) for a, b in zip(cuts, cuts[1:]) if b > a for cb in range(t.cb)]
+        self.in_chunks[name] = new
+        for g in self.groups:
+            for e in g.compute:
+                if any(isinstance(d, tuple) and d[0] == name for d in e.needs):
+                    keep = [d for d in e.needs if not (isinstance(d, tuple) and d[0] == name)]
+                    e.needs = frozenset(keep) | (
+                        frozenset(self._needed_chunks((), e.reads)) if e.reads is not None and e.reads[0] == name
+                        else frozenset((name, c) for c in range(len(new))))
+
+    def refinalize(self, loads: str, split: bool = False, timed: tuple | None = None) -> TileProgram:
+        """The same schedule with another LOAD placement policy (after `run`). `timed`: (a program of this
+        schedule, the issue cycle of each of its instructions in the tile model), to prefetch weights by
+        (`finalize`)."""
         act, layer_records = self._finals
-        return self.finalize(act, copy.deepcopy(layer_records), loads, split)
+        times = None if timed is None else {k: int(timed[1][i]) for k, i in timed[0].emitted_at.items()}
+        return self.finalize(act, copy.deepcopy(layer_records), loads, split, times)
 
     def _first_pieces(self, g: Group) -> tuple[dict, dict]:
         """The first weight group's load in pieces (`finalize`): {piece id: (first block, end block)} and
@@ -1531,7 +1572,8 @@ class Codegen:
             extra[id(e)] = frozenset(p for p, (lo, hi) in pieces.items() if lo <= last and first < hi)
         return pieces, extra
 
-    def finalize(self, act: dict, layer_records: list[dict], loads: str = "eager", split: bool = False) -> TileProgram:
+    def finalize(self, act: dict, layer_records: list[dict], loads: str = "eager", split: bool = False,
+                 times: dict | None = None) -> TileProgram:
         """The program: LOADs placed around the compute groups. `loads`: "eager" puts a deferred load
         (the params, the second weight group) after the next GEMM; "paced" only once the GEMMs since the
         last LOAD cover its estimated duration (a LOAD behind a busy LOAD unit blocks the issue). `split`: the
@@ -1580,9 +1622,16 @@ class Codegen:
 
         debt = [0]   # estimated cycles the LOAD unit is busy ahead of the GEMMs emitted since
 
+        # `times` (prefetch): the issue cycle of every compute instruction, (group, index) -> cycle, in this
+        # schedule without prefetch: a clock at the instruction emitted last, and when the LOAD unit is free
+        clock = [0, 0]
+        emitted_at = {}
+
         def load(load_id, **f):
             emit(Op.LOAD, f.pop("wait", Wait.NONE), **f)
             last_load[0] = load_id
+            clock[1] = max(clock[1], clock[0]) + f["rows"] * f["row_beats"] + self.timing.LOAD_OVERHEAD \
+                + self.timing.LM
             if not isinstance(load_id, tuple):  # input chunks are paced by their GEMMs already
                 debt[0] = max(debt[0], 0) + f["rows"] * f["row_beats"] + self.timing.LOAD_OVERHEAD + self.timing.LM
 
@@ -1710,10 +1759,59 @@ class Codegen:
             load_chunk(order[0])
         if weighted and self.double_buffer and not pieces:
             load_group(weighted[0], Wait.NONE)
+        # Prefetch (with `times`): group k + 2's weights go into the bank of group k while it computes, the blocks
+        # past group k's first, then the others as its GEMMs are done with them (a block is free once the GEMM
+        # after its last reader has issued: that one has read its weights), whenever the LOAD unit is idle by the
+        # clock of `times` (the params still deferred go first). Group k + 1's LOAD, behind group k's first GEMM
+        # as before, then loads only the blocks left, once the LOAD unit is idle, at the latest before its first
+        # GEMM. Where a bank-sized group computes for less time than the next one takes to load, the LOAD unit
+        # idled while group k finished (MobileNetV1-0.25 tile32x32: 12,482 -> 12,212 cycles).
+        prefetched: dict[int, dict] = {}   # id(group) -> a: blocks split.. loaded, b: blocks ..b loaded, LOAD ids
+        ahead = [None]   # (the group being prefetched, last reader per block of the computing group, its state)
+
+        def prefetch(ei):
+            """The next piece of the group ahead whose blocks are free once instruction `ei` of the group computing
+            now has issued, when the LOAD unit is about idle: first the blocks past the computing group's, then
+            the others from the first as they are done with."""
+            if clock[1] > clock[0]:
+                return
+            if deferred:   # (the params first: behind a prefetch, the LOAD a PPU waits for would hold up the issue)
+                flush(most=1)
+                return
+            if ahead[0] is None:
+                return
+            G, last_use, st = ahead[0]
+            if not st["a"] and st["split"] < len(G.blocks):
+                lo, hi = st["split"], len(G.blocks)
+                st["a"] = True
+            else:
+                free = next((b for b in range(st["split"]) if last_use.get(b, -1) >= ei), st["split"])
+                if free - st["b"] < min(PREFETCH_MIN_BLOCKS, st["split"] - st["b"]) or free <= st["b"]:
+                    return
+                lo, hi = st["b"], free
+                st["b"] = free
+            pid = wid[id(G)] * 100 + len(st["ids"])
+            load_group(G, Wait.NONE, lo, hi, load_id=pid)
+            st["ids"].append(pid)
+            if st["b"] == st["split"] and (st["a"] or st["split"] == len(G.blocks)):
+                ahead[0] = None
+
+        owed: dict[int, tuple] = {}   # id(group) -> (group, first block, end block): its LOAD still to place
+
+        def pay(g=None) -> bool:
+            """An owed LOAD: group g's (before its first GEMM), or any once the LOAD unit is about idle."""
+            key = id(g) if g is not None else next(iter(owed), None)
+            if key in owed and (g is not None or clock[1] <= clock[0]):
+                G, lo, hi = owed.pop(key)
+                load_group(G, Wait.NONE, lo, hi)
+                return True
+            return False
+
         wi = 0
-        for g in self.groups:
+        for gi, g in enumerate(self.groups):
             is_w = g.blocks is not None and g.blocks
             after_first = None   # the group load that goes behind this group's first GEMM
+            ahead[0] = None
             if is_w:
                 if not self.double_buffer:  # ablation: load each group only once the previous one is done
                     flush()
@@ -1731,7 +1829,9 @@ class Codegen:
                 if op in (Op.PPU, Op.VEC):
                     needs |= _param_loads(fields, part_of)
                 if is_w and op == Op.GEMM and not (pieces and g is weighted[0]):
+                    pay(g)
                     needs.add(wid[id(g)])
+                    needs.update(prefetched[id(g)]["ids"] if id(g) in prefetched else ())
                 fields = dict(fields)
                 if op == Op.GEMM and is_w:
                     fields["wblk"] += g.bank * self.bank_blocks
@@ -1742,6 +1842,9 @@ class Codegen:
                     flush(d)
                 wait = (Wait.LOAD if last_load[0] in needs else Wait.NONE) | e.wait
                 emit(op, wait, e.layer, **fields)
+                emitted_at[gi, ei] = len(prog) - 1
+                if times is not None:
+                    clock[0] = times[gi, ei]
                 early_stores(e, op, fields)
                 if after_first is not None and op == Op.GEMM:
                     # the params parts this group's PPUs and VECs still need go first: behind the next group's
@@ -1756,7 +1859,27 @@ class Codegen:
                     # first GEMM has issued, no GEMM reads that bank any more, and the LOAD needs no wait (it used
                     # to go before that GEMM with Wait.COMPUTE, holding it back while the LOAD unit was busy).
                     # Deferring it further, behind the params parts, measured slower (MobileNet tile32x32).
-                    load_group(after_first, Wait.NONE)
+                    st = prefetched.get(id(after_first))
+                    if st is None:
+                        load_group(after_first, Wait.NONE)
+                    elif st["b"] < (st["split"] if st["a"] else len(after_first.blocks)):
+                        # the blocks left, once the LOAD unit is about idle (behind a prefetch still running, a
+                        # LOAD would hold up the issue of everything after it), at the latest before the group's
+                        # first GEMM
+                        owed[id(after_first)] = (after_first, st["b"],
+                                                 st["split"] if st["a"] else len(after_first.blocks))
+                        pay()
+                    if times is not None and wi + 1 < len(weighted):
+                        # (the blocks of this group a GEMM reads last; a GEMM.dw9 weight is two blocks)
+                        last_use = {}
+                        for k2, x in enumerate(g.compute):
+                            if x.insn_args[0] == Op.GEMM:
+                                b = x.insn_args[1]["wblk"]
+                                for bb in (b, b + 1) if x.insn_args[1].get("dw9") else (b,):
+                                    last_use[bb] = k2
+                        G = weighted[wi + 1]
+                        prefetched[id(G)] = dict(a=False, b=0, split=min(len(G.blocks), len(g.blocks)), ids=[])
+                        ahead[0] = (G, last_use, prefetched[id(G)])
                     after_first = None
                 nxt = next((d for d in order if d not in loaded), None)
                 if op == Op.GEMM:
@@ -1771,6 +1894,8 @@ class Codegen:
                     load_chunk(nxt)
                 elif op == Op.GEMM and (loads == "eager" or debt[0] <= 0):
                     flush(most=1)
+                if op == Op.GEMM and not pay():
+                    prefetch(ei)
             assert after_first is None, "a weighted group without a GEMM would leave its follower unloaded"
         for d in order:
             load_chunk(d)
@@ -1785,7 +1910,7 @@ class Codegen:
         for k, rec in enumerate(layer_records):
             rec["insns"] = span.get(k, [0, 0])
             del rec["groups"]
-        return TileProgram(prog, dram, regions, inputs, outputs, io_off, act, layer_records, insn_layer)
+        return TileProgram(prog, dram, regions, inputs, outputs, io_off, act, layer_records, insn_layer, emitted_at)
 
 
 def _dw_entries(fields: dict) -> int:
