@@ -1773,7 +1773,7 @@ class Codegen:
             """The next piece of the group ahead whose blocks are free once instruction `ei` of the group computing
             now has issued, when the LOAD unit is about idle: first the blocks past the computing group's, then
             the others from the first as they are done with."""
-            if clock[1] > clock[0]:
+            if times is None or clock[1] > clock[0]:
                 return
             if deferred:   # (the params first: behind a prefetch, the LOAD a PPU waits for would hold up the issue)
                 flush(most=1)
@@ -1790,7 +1790,7 @@ class Codegen:
                     return
                 lo, hi = st["b"], free
                 st["b"] = free
-            pid = wid[id(G)] * 100 + len(st["ids"])
+            pid = wid[id(G)] * 10_000 + len(st["ids"])   # (a piece's LOAD id; at most 4,096 blocks in WGT)
             load_group(G, Wait.NONE, lo, hi, load_id=pid)
             st["ids"].append(pid)
             if st["b"] == st["split"] and (st["a"] or st["split"] == len(G.blocks)):

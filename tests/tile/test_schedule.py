@@ -1287,3 +1287,70 @@ def test_depthwise_in_the_post_processing_random_graphs(seed):
             kinds |= {(i.get("dws"), i.get("dwc"), i.get("dwf")) for i in isa.from_bytes(art.program)
                       if i.op == isa.Op.PPU and i.get("dw")}
     assert kinds, "no PPU.dw at all: the probe probes nothing"
+
+
+def _weight_hazards(prog, res, n: int, bank: int) -> tuple[list[str], int]:
+    """Check every WGT block's LOADs against the GEMMs reading it, on the tile model's timeline: a GEMM issues
+    only after the LOAD that wrote its block last has completed (read after write), and a LOAD issues only once
+    every GEMM before it in the program that reads the block's old contents streams, i.e. has preloaded its
+    weights (write after read). Returns the violations and the LOADs into a bank while GEMMs after them still
+    read other blocks of that bank that an earlier LOAD wrote (the bank shared between two groups' weights)."""
+    from hwc import isa
+
+    writer: dict[int, int] = {}     # block -> the LOAD that wrote it last
+    readers: dict[int, list] = {}   # block -> GEMMs that read it since
+    loads, bad, shared = [], [], set()
+    for k, i in enumerate(prog):
+        if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT:
+            lo, hi = i.get("sram") // n, (i.get("sram") + i.get("rows") * i.get("row_beats")) // n
+            for b in range(lo, hi):
+                bad += [f"LOAD {k} over block {b} before GEMM {r} read it" for r in readers.get(b, ())
+                        if res.start[r] > res.issue[k]]
+                writer[b], readers[b] = k, []
+            loads.append((k, lo, hi))
+        elif i.op == isa.Op.GEMM:
+            blocks = (i.get("wblk"), i.get("wblk") + 1) if i.get("dw9") else (i.get("wblk"),)
+            for b in blocks:
+                w = writer.get(b)
+                if w is None or res.issue[k] < res.end[w]:
+                    bad.append(f"GEMM {k} read block {b} before LOAD {w} wrote it")
+                readers.setdefault(b, []).append(k)
+                shared |= {j for j, lo, hi in loads if w < j < k and not lo <= b < hi and lo // bank == b // bank}
+    return bad, len(shared)
+
+
+@pytest.mark.parametrize("case", ["fc", "cnn"])
+def test_weights_prefetched_into_blocks_the_group_before_is_done_with(case):
+    """`prefetch` (Codegen.finalize with the tile model's timeline): group k + 2's weights load into group k's
+    bank while group k computes, as its GEMMs are done with the blocks. On a tile with 8-block banks: exact
+    against the int8 reference, some LOAD writes a bank while the GEMMs after it still read other blocks of it,
+    and no GEMM reads a block before its LOAD is in or while a LOAD overwrites it (the model's timeline)."""
+    from hwc.sim.model import TileModel
+    from hwc.targets.tile_schema import validate_tile
+
+    from hwc import isa
+
+    base = load_target("tile8x8")
+    doc = {k: v for k, v in base.items() if k != "derived"}
+    t = validate_tile(dict(doc, scratchpad=dict(base["scratchpad"], wgt_bank_blocks=8)), "tile8x8 (8-block banks)")
+    b = QBuilder(seed=47)
+    if case == "fc":
+        x = b.input("x", (1, 64), zp=3)
+        for m in (32, 32, 32, 32, 32, 32):
+            x = b.gemm(x, m)
+    else:
+        x = b.input("x", (1, 8, 8, 8), zp=1)
+        for m in (8, 16, 8, 16, 8):
+            x = b.conv(x, m, 3, pads=[1] * 4, relu=True)
+    g = b.output(x)
+    choice = build_tile(g, t, hdl=False).report["schedule"][0]
+    runs = {}
+    for pre in (False, True):
+        art = check_exact(g, t, pin=[dict(choice, prefetch=pre)])
+        assert art.report["schedule"][0]["prefetch"] is pre
+        io = art.info["tile"]["segments"][0]
+        res = TileModel(t).run(art.program, art.memory_image(), io["prog_offset"] // isa.INSN_BYTES)
+        runs[pre] = _weight_hazards(isa.from_bytes(art.program), res, t["array"]["rows"],
+                                    t["scratchpad"]["wgt_bank_blocks"])
+    assert runs[False][0] == [] and runs[True][0] == [], runs
+    assert runs[True][1] > 0 and runs[False][1] == 0, runs
