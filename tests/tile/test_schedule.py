@@ -1063,12 +1063,14 @@ def test_depthwise_in_the_post_processing(target, c, m, h, w, layers, stride, pa
     "k": st.sampled_from([1, 3]), "relu": st.booleans(), "zp": st.integers(-30, 30),
     "dw": st.sampled_from([(1, (1, 1, 1, 1)), (2, (1, 1, 1, 1)), (2, (0, 0, 1, 1))]),
     "target": st.sampled_from(["tile8x8", "tile32x32"])}))
+@example({"c": 1, "m": 16, "h": 1, "w": 10, "k": 1, "relu": False, "zp": 0, "dw": (1, (1, 1, 1, 1)),
+          "target": "tile32x32"})   # (16 channels stacked two pixels a line: PPU.dwf = 1)
 def test_depthwise_in_the_post_processing_any_shape(case):
     """PPU.dw on shapes hypothesis picks: a convolution (1x1 or 3x3, any channel counts, channel counts not
     multiples of N), then a 3x3 depthwise layer (stride 1, or 2 in both paddings PPU.dws takes) and a convolution
     that reads it: exact against the int8
     reference, and fused wherever the rules of `Codegen._fusable_dws` hold (the pitch w + 1 within 4 .. the row
-    buffers, the image in an accumulator slot, no stacked tensor)."""
+    buffers, the image in an accumulator slot; a thin tensor stacked 2**dwf pixels a line, PPU.dwf)."""
     from hwc import isa
 
     b = QBuilder(seed=case["c"] * 1000 + case["m"] * 10 + case["h"])
@@ -1081,7 +1083,9 @@ def test_depthwise_in_the_post_processing_any_shape(case):
     art = check_exact(g, tile_variant(TARGETS[case["target"]], dw_post=True))
     fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
     if fused:
-        assert all(i.get("n_outer") == case["h"] and i.get("n_inner") == case["w"] for i in fused)
+        # (the whole image a tile, 2**dwf pixels a line: a thin tensor stays stacked, PPU.dwf)
+        assert all(i.get("n_outer") == case["h"] and i.get("n_inner") == -(-case["w"] >> i.get("dwf"))
+                   for i in fused)
 
 
 @pytest.mark.parametrize("target,c,h,w", [("tile32x32", 16, 8, 10), ("tile8x8", 4, 6, 8), ("tile32x32", 16, 7, 12)])
