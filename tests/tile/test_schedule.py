@@ -677,13 +677,24 @@ def test_depthwise_over_a_one_pixel_wide_input(target, h, w, stride):
                                                   shift=False, im2col=False)])
 
 
+def _exact_timeline(g, target, pin: dict):
+    """`check_exact` with one pinned choice, and the program's instructions and tile-model run (its timeline)."""
+    from hwc.sim.model import TileModel
+
+    from hwc import isa
+
+    art = check_exact(g, target, pin=[pin])
+    io = art.info["tile"]["segments"][0]
+    res = TileModel(target).run(art.program, art.memory_image(), io["prog_offset"] // isa.INSN_BYTES)
+    return art, isa.from_bytes(art.program), res
+
+
 @pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
 def test_the_first_weight_group_loads_in_pieces(target):
     """`split` (Codegen.finalize): the first weight group's blocks load in pieces in the order its GEMMs first
     read them, each piece before its first GEMM: the first LOAD holds only the first GEMM's block, each GEMM
     issues only after the piece holding its blocks is in, and the weight loads hide more (the first GEMM starts
     earlier). The results equal the int8 reference's either way."""
-    from hwc.sim.model import TileModel
 
     from hwc import isa
 
@@ -696,11 +707,9 @@ def test_the_first_weight_group_loads_in_pieces(target):
     pin = {"tiling": "cost", "loads": "eager", "im2col": False, "shift": False}
     runs = {}
     for split in (False, True):
-        art = check_exact(g, t, pin=[dict(pin, split=split)])
+        art, prog, res = _exact_timeline(g, t, dict(pin, split=split))
         assert art.report["schedule"][0]["split"] is split
-        io = art.info["tile"]["segments"][0]
-        res = TileModel(t).run(art.program, art.memory_image(), io["prog_offset"] // isa.INSN_BYTES)
-        runs[split] = (isa.from_bytes(art.program), res, art.report)
+        runs[split] = (prog, res, art.report)
     prog, res, _ = runs[True]
     wl = [k for k, i in enumerate(prog) if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT]
     gemms = [k for k, i in enumerate(prog) if i.op == isa.Op.GEMM]
@@ -1329,10 +1338,8 @@ def test_weights_prefetched_into_blocks_the_group_before_is_done_with(case):
     bank while group k computes, as its GEMMs are done with the blocks. On a tile with 8-block banks: exact
     against the int8 reference, some LOAD writes a bank while the GEMMs after it still read other blocks of it,
     and no GEMM reads a block before its LOAD is in or while a LOAD overwrites it (the model's timeline)."""
-    from hwc.sim.model import TileModel
     from hwc.targets.tile_schema import validate_tile
 
-    from hwc import isa
 
     base = load_target("tile8x8")
     doc = {k: v for k, v in base.items() if k != "derived"}
@@ -1350,11 +1357,8 @@ def test_weights_prefetched_into_blocks_the_group_before_is_done_with(case):
     choice = build_tile(g, t, hdl=False).report["schedule"][0]
     runs = {}
     for pre in (False, True):
-        art = check_exact(g, t, pin=[dict(choice, prefetch=pre)])
+        art, prog, res = _exact_timeline(g, t, dict(choice, prefetch=pre))
         assert art.report["schedule"][0]["prefetch"] is pre
-        io = art.info["tile"]["segments"][0]
-        res = TileModel(t).run(art.program, art.memory_image(), io["prog_offset"] // isa.INSN_BYTES)
-        runs[pre] = _weight_hazards(isa.from_bytes(art.program), res, t["array"]["rows"],
-                                    t["scratchpad"]["wgt_bank_blocks"])
+        runs[pre] = _weight_hazards(prog, res, t["array"]["rows"], t["scratchpad"]["wgt_bank_blocks"])
     assert runs[False][0] == [] and runs[True][0] == [], runs
     assert runs[True][1] > 0 and runs[False][1] == 0, runs
