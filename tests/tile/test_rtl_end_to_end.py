@@ -281,12 +281,13 @@ def test_fc_weight_streaming_through_the_rtl():
     _rtl_equals_model_equals_reference(art, g, feeds)
 
 
-def test_prefetched_weights_through_the_rtl():
+@pytest.mark.parametrize("v1", [False, True])
+def test_prefetched_weights_through_the_rtl(v1):
     """Weights prefetched (Codegen.finalize `prefetch`): on a tile with 8-block banks, an FC chain of 4-block
-    layers whose later groups load into a bank while GEMMs still read its other blocks, each LOAD behind the GEMM
-    after its blocks' last reader. RTL == model == int8 reference, equal cycles (the RTL runs the LOADs beside
-    the GEMMs: a LOAD too early would change what a GEMM reads)."""
-    from hwc.targets import load_target
+    layers (v2) or a CNN (v1, docs/tile.md) whose later groups load into a bank while GEMMs still read its other
+    blocks, each LOAD behind the GEMM after its blocks' last reader. RTL == model == int8 reference, equal cycles
+    (the RTL runs the LOADs beside the GEMMs: a LOAD too early would change what a GEMM reads)."""
+    from hwc.targets import load_target, tile_variant
     from hwc.targets.tile_schema import validate_tile
     from qgraphs import QBuilder
 
@@ -297,16 +298,23 @@ def test_prefetched_weights_through_the_rtl():
     doc = {k: v for k, v in base.items() if k != "derived"}
     target = validate_tile(dict(doc, scratchpad=dict(base["scratchpad"], wgt_bank_blocks=8)), "tile8x8 (8-block banks)")
     b = QBuilder(seed=47)
-    x = b.input("x", (1, 64), zp=3)
-    for m in (32, 32, 32, 32, 32, 32):
-        x = b.gemm(x, m)
+    if v1:
+        target = tile_variant(target, post_unit=False, depthwise=False)
+        x = b.input("x", (1, 8, 8, 8), zp=1)
+        for m in (8, 16, 8, 16, 8):
+            x = b.conv(x, m, 3, pads=[1] * 4, relu=True)
+    else:
+        x = b.input("x", (1, 64), zp=3)
+        for m in (32, 32, 32, 32, 32, 32):
+            x = b.gemm(x, m)
     g = b.output(x)
     verify(g)
     choice = build_tile(g, target, hdl=False).report["schedule"][0]
     art = build_tile(g, target, hdl=True, pin=[dict(choice, prefetch=True)])
     plain = build_tile(g, target, hdl=False, pin=[dict(choice, prefetch=False)])
     assert art.report["schedule"][0]["prefetch"] and art.program != plain.program
-    feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, 64)).astype(np.int8)}
+    shape = g.type("x").shape
+    feeds = {"x": np.random.default_rng(8).integers(-128, 128, shape).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
 
 

@@ -1332,10 +1332,10 @@ def _weight_hazards(prog, res, n: int, bank: int) -> tuple[list[str], int]:
     return bad, len(shared)
 
 
-@pytest.mark.parametrize("case", ["fc", "cnn"])
-def test_weights_prefetched_into_blocks_the_group_before_is_done_with(case):
+@pytest.mark.parametrize("case,v1", [("fc", False), ("cnn", False), ("cnn", True)])
+def test_weights_prefetched_into_blocks_the_group_before_is_done_with(case, v1):
     """`prefetch` (Codegen.finalize with the tile model's timeline): group k + 2's weights load into group k's
-    bank while group k computes, as its GEMMs are done with the blocks. On a tile with 8-block banks: exact
+    bank while group k computes, as its GEMMs are done with the blocks. On a tile with 8-block banks (v2 and v1): exact
     against the int8 reference, some LOAD writes a bank while the GEMMs after it still read other blocks of it,
     and no GEMM reads a block before its LOAD is in or while a LOAD overwrites it (the model's timeline)."""
     from hwc.targets.tile_schema import validate_tile
@@ -1344,6 +1344,8 @@ def test_weights_prefetched_into_blocks_the_group_before_is_done_with(case):
     base = load_target("tile8x8")
     doc = {k: v for k, v in base.items() if k != "derived"}
     t = validate_tile(dict(doc, scratchpad=dict(base["scratchpad"], wgt_bank_blocks=8)), "tile8x8 (8-block banks)")
+    if v1:   # (the tile of docs/tile.md: no post-processing unit beside the array)
+        t = tile_variant(t, post_unit=False, depthwise=False)
     b = QBuilder(seed=47)
     if case == "fc":
         x = b.input("x", (1, 64), zp=3)
