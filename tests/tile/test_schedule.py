@@ -1258,6 +1258,34 @@ def test_depthwise_in_the_post_processing_before_a_residual_add(target, after):
     assert fused == (after == "maxpool")
 
 
+def _random_chain(rng, b):
+    """A random chain: 1x1 and 3x3 convolutions of 2-64 channels, stride-1 and stride-2 depthwise layers in both
+    paddings, residual adds, max pools; images up to 33 rows."""
+    c = int(rng.choice([2, 4, 8, 16, 32, 40]))
+    y = b.input("x", (1, c, int(rng.integers(3, 34)), 4 * int(rng.integers(1, 8))), zp=int(rng.integers(-9, 9)))
+    y = b.conv(y, int(rng.choice([2, 4, 8, 16, 32])), k=1, relu=True)   # (at least one layer for the tile)
+    hist = [y]
+    for _ in range(int(rng.integers(2, 7))):
+        op, shp = rng.choice(["pw", "dw", "dw2", "add", "pool", "conv3"]), b.g.type(y).shape
+        if op == "pw":
+            y = b.conv(y, int(rng.choice([2, 4, 8, 16, 32, 48])), k=1, relu=bool(rng.integers(0, 2)))
+        elif op == "conv3":
+            y = b.conv(y, int(rng.choice([8, 16, 32])), k=3, relu=True)
+        elif op == "dw":
+            y = b.conv(y, shp[1], k=3, pads=[1, 1, 1, 1], group=shp[1], relu=bool(rng.integers(0, 2)))
+        elif op == "dw2" and shp[2] >= 2 and shp[3] >= 3:
+            pads = [1, 1, 1, 1] if rng.integers(0, 2) else [0, 0, 1, 1]
+            y = b.conv(y, shp[1], k=3, stride=2, pads=pads, group=shp[1], relu=True)
+        elif op == "add" and any(b.g.type(z).shape == shp and z != y for z in hist):
+            y = b.add(y, next(z for z in hist if b.g.type(z).shape == shp and z != y), relu=True)
+        elif op == "pool" and shp[2] >= 2 and shp[3] >= 2:
+            y = b.maxpool(y, 2, 2)
+        else:
+            continue
+        hist.append(y)
+    return b.output(y)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_depthwise_in_the_post_processing_random_graphs(seed):
     """Random chains (1x1 and 3x3 convolutions of 2-64 channels, stride-1 and stride-2 depthwise layers in both
@@ -1270,30 +1298,7 @@ def test_depthwise_in_the_post_processing_random_graphs(seed):
     kinds = set()
     for it in range(12):
         t = tile_variant(TARGETS[str(rng.choice(["tile8x8", "tile32x32"]))], dw_post=True)
-        b = QBuilder(seed=seed * 100 + it)
-        c = int(rng.choice([2, 4, 8, 16, 32, 40]))
-        y = b.input("x", (1, c, int(rng.integers(3, 34)), 4 * int(rng.integers(1, 8))), zp=int(rng.integers(-9, 9)))
-        y = b.conv(y, int(rng.choice([2, 4, 8, 16, 32])), k=1, relu=True)   # (at least one layer for the tile)
-        hist = [y]
-        for _ in range(int(rng.integers(2, 7))):
-            op, shp = rng.choice(["pw", "dw", "dw2", "add", "pool", "conv3"]), b.g.type(y).shape
-            if op == "pw":
-                y = b.conv(y, int(rng.choice([2, 4, 8, 16, 32, 48])), k=1, relu=bool(rng.integers(0, 2)))
-            elif op == "conv3":
-                y = b.conv(y, int(rng.choice([8, 16, 32])), k=3, relu=True)
-            elif op == "dw":
-                y = b.conv(y, shp[1], k=3, pads=[1, 1, 1, 1], group=shp[1], relu=bool(rng.integers(0, 2)))
-            elif op == "dw2" and shp[2] >= 2 and shp[3] >= 3:
-                pads = [1, 1, 1, 1] if rng.integers(0, 2) else [0, 0, 1, 1]
-                y = b.conv(y, shp[1], k=3, stride=2, pads=pads, group=shp[1], relu=True)
-            elif op == "add" and any(b.g.type(z).shape == shp and z != y for z in hist):
-                y = b.add(y, next(z for z in hist if b.g.type(z).shape == shp and z != y), relu=True)
-            elif op == "pool" and shp[2] >= 2 and shp[3] >= 2:
-                y = b.maxpool(y, 2, 2)
-            else:
-                continue
-            hist.append(y)
-        g = b.output(y)
+        g = _random_chain(rng, QBuilder(seed=seed * 100 + it))
         choice = check_exact(g, t, seed=it).report["schedule"][0]
         for flat in (False, True, "blocks", "pairs"):
             art = check_exact(g, t, seed=it, pin=[dict(choice, flat=flat)])
@@ -1364,3 +1369,25 @@ def test_weights_prefetched_into_blocks_the_group_before_is_done_with(case, v1):
         runs[pre] = _weight_hazards(prog, res, t["array"]["rows"], t["scratchpad"]["wgt_bank_blocks"])
     assert runs[False][0] == [] and runs[True][0] == [], runs
     assert runs[True][1] > 0 and runs[False][1] == 0, runs
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_prefetched_weights_on_random_graphs(seed):
+    """Weights prefetched (`prefetch` pinned) on random chains (`_random_chain`) on both tiles, with banks of 4
+    blocks so that the chains span several weight groups: exact against the int8 reference, and the WGT hazard
+    check of every block on the model's timeline holds (`_weight_hazards`)."""
+    from hwc.targets.tile_schema import validate_tile
+
+    rng = np.random.default_rng(seed)
+    shared = 0
+    for it in range(8):
+        base = TARGETS[str(rng.choice(["tile8x8", "tile32x32"]))]
+        doc = {k: v for k, v in base.items() if k != "derived"}
+        t = validate_tile(dict(doc, scratchpad=dict(base["scratchpad"], wgt_bank_blocks=4)), "4-block banks")
+        g = _random_chain(rng, QBuilder(seed=seed * 100 + it))
+        choice = build_tile(g, t, hdl=False).report["schedule"][0]
+        art, prog, res = _exact_timeline(g, t, dict(choice, prefetch=True))
+        bad, k = _weight_hazards(prog, res, t["array"]["rows"], t["scratchpad"]["wgt_bank_blocks"])
+        assert bad == [], bad
+        shared += k
+    assert shared, "no LOAD into a bank still in use: the probe probes nothing"
