@@ -232,9 +232,10 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
               policies: tuple[str, ...] | None = None) -> list:
     """Generate the segment's candidate programs: with a post-processing unit, each pixel-tiling policy with
     both LOAD placements (and with bus-bound weight groups grown, `bus_groups`, where there are any), and the
-    faster of those with the first weight group loaded in pieces (`split`,
-    Codegen.finalize), timed by the cycle model (it runs a program in a fraction of a second; `schedule` keeps
-    one, `_pick`). `fixed`: the policies to use instead; `policies`: only these tiling policies.
+    faster of those with the first weight group loaded in pieces (`split`, Codegen.finalize), then the fastest
+    with later groups' weights prefetched by its timeline (`prefetch`, where its array waits for weights), all
+    timed by the cycle model (it runs a program in a fraction of a second; `schedule` keeps one, `_pick`).
+    `fixed`: the policies to use instead; `policies`: only these tiling policies.
     Returns [(cycles, plan, program, choice)]."""
     found, timed = [], {}
 
