@@ -69,17 +69,12 @@ def hidden_after_first(art, target: dict) -> float:
     compute, so no schedule hides it (the report's `weight_load_hidden` counts it)."""
     from hwc.sim.model import TileModel
 
-    from hwc.tile.report import _overlap, _union
+    from hwc.tile.report import weight_loads_hidden
 
     io = art.info["tile"]["segments"][0]
     res = TileModel(target).run(art.program, art.memory_image(), io["prog_offset"] // isa.INSN_BYTES, data=False)
-    prog = isa.from_bytes(art.program)
-    comp = {isa.Op.GEMM, isa.Op.PPU, isa.Op.VEC, isa.Op.FILL}
-    compute = _union([(int(res.issue[k]) + 1, int(res.end[k])) for k, i in enumerate(prog) if i.op in comp])
-    loads = _union([(int(res.issue[k]) + 1, int(res.end[k])) for k, i in enumerate(prog)
-                    if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT][1:])
-    total = sum(e - s for s, e in loads)
-    return _overlap(loads, compute) / total if total else 1.0
+    total, hidden = weight_loads_hidden(isa.from_bytes(art.program), res, skip=1)
+    return hidden / total if total else 1.0
 
 
 def measure(model, target_name: str, v1: bool = False, wgt_read_rows: int | None = None) -> dict:

@@ -1633,10 +1633,10 @@ class Codegen:
         def load(load_id, **f):
             emit(Op.LOAD, f.pop("wait", Wait.NONE), **f)
             last_load[0] = load_id
-            clock[1] = max(clock[1], clock[0]) + f["rows"] * f["row_beats"] + self.timing.LOAD_OVERHEAD \
-                + self.timing.LM
+            cost = f["rows"] * f["row_beats"] + self.timing.LOAD_OVERHEAD + self.timing.LM
+            clock[1] = max(clock[1], clock[0]) + cost
             if not isinstance(load_id, tuple):  # input chunks are paced by their GEMMs already
-                debt[0] = max(debt[0], 0) + f["rows"] * f["row_beats"] + self.timing.LOAD_OVERHEAD + self.timing.LM
+                debt[0] = max(debt[0], 0) + cost
 
         # LOAD placement. The LOAD unit is serial and instructions issue in order, so a LOAD blocks the
         # instructions behind it until the one before it has completed: loads go into the program as late as

@@ -39,18 +39,23 @@ def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
     return total
 
 
-def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
-    peak = target["array"]["rows"] * target["array"]["cols"]
+def weight_loads_hidden(insns: list, res, skip: int = 0) -> tuple[int, int]:
+    """(cycles of weight LOADs, of those overlapping compute) on the tile model's timeline `res`, the first
+    `skip` weight LOADs left out."""
     ops = res.ops
-    insns = prog.program
-    layer_of = np.array(prog.insn_layer)
     compute_ops = {int(isa.Op.GEMM), int(isa.Op.PPU), int(isa.Op.VEC), int(isa.Op.FILL)}
     compute = _union([(int(res.issue[k]) + 1, int(res.end[k])) for k in range(len(ops)) if int(ops[k]) in compute_ops])
     wloads = [(int(res.issue[k]) + 1, int(res.end[k])) for k in range(len(ops))
               if int(ops[k]) == isa.Op.LOAD and insns[k].get("mem") == isa.Mem.WGT]
-    wl = _union(wloads)
-    wl_total = sum(e - s for s, e in wl)
-    hidden = _overlap(wl, compute)
+    wl = _union(wloads[skip:])
+    return sum(e - s for s, e in wl), _overlap(wl, compute)
+
+
+def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
+    peak = target["array"]["rows"] * target["array"]["cols"]
+    insns = prog.program
+    layer_of = np.array(prog.insn_layer)
+    wl_total, hidden = weight_loads_hidden(insns, res)
     layers = []
     for li, rec in enumerate(prog.layers):
         idx = np.nonzero(layer_of == li)[0]
