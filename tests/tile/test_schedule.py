@@ -386,6 +386,21 @@ def test_the_first_layer_starts_before_the_whole_input_is_loaded():
     assert art.report["layers"][0]["start"] < input_beats // 4
 
 
+def test_the_first_input_chunk_holds_the_rows_the_first_pixel_tile_reads():
+    """`Codegen._first_chunk`: the input's first LOAD brings the rows the first layer's first pixel tile reads, no
+    more (r output rows of a 3x3 stride-1 convolution padded by one read input rows 0 .. r), then fixed chunks."""
+    from hwc import isa
+
+    b = QBuilder(seed=4)
+    x = b.input("x", (1, 8, 40, 16), zp=1)     # one channel block on tile8x8
+    g = b.output(b.conv(b.conv(x, 16, pads=[1, 1, 1, 1], relu=True), 16))
+    prog = isa.from_bytes(check_exact(g, TARGETS["tile8x8"]).program)
+    acts = [i for i in prog if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.ACT]
+    r = next(i for i in prog if i.op == isa.Op.GEMM).get("n_outer")
+    assert r < 39 and acts[0].get("rows") == r + 1, (r, acts[0])
+    assert sum(i.get("rows") for i in acts) == 40 and len({i.get("rows") for i in acts[1:-1]}) == 1
+
+
 @pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
 def test_output_halos_do_not_stall_the_array(target):
     """A pointwise layer whose output a padded depthwise layer reads: the halo FILLs (strided, up to 16 padded
