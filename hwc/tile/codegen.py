@@ -11,14 +11,13 @@ Pipeline (one function each):
    rows as the accumulators hold), one GEMM per nonzero weight block (tap ky,kx x input
    block), the first resetting the accumulators; then one PPU writes the requantized
    lines into the output's grid.
-4. `finalize`: weight groups alternate between the two WGT banks; the LOAD of group k+1
-   is placed before the compute of group k (waiting for compute idle, so group k-1 has
-   released that bank), which makes every weight load after the first overlap compute.
-   A compute instruction waits for the LOAD unit only when it needs the most recently
-   issued LOAD (all earlier ones are complete by then: the LOAD unit is serial).
-   A model input loads in row chunks per channel block, in the order the first layer's GEMMs
-   read them (each waits for its own chunks, one more chunk in flight); the params load in two
-   parts, the first layer's behind its first loads.
+4. `finalize` (`hwc.tile.place`): the LOADs and STOREs placed around the compute groups. Weight
+   groups alternate between the two WGT banks; group k+1 loads behind group k's first GEMM (no
+   GEMM reads the bank group k-1 used by then), so every weight load after the first overlaps
+   compute. A compute instruction waits for the LOAD unit only when it needs the most recently
+   issued LOAD (all earlier ones are complete by then: the LOAD unit is serial). A model input
+   loads in row chunks per channel block, in the order the first layer's GEMMs read them; the
+   params load in parts, the first layer's behind its first loads.
 
 v2 (post unit): a layer's output halo FILLs are dripped between later GEMMs where POST is
 idle (at most into the consumer layer, whose GEMMs take the FILLs they read first), instead
@@ -37,7 +36,7 @@ import numpy as np
 
 from hwc import isa
 from hwc.errors import UnsupportedError
-from hwc.isa import Mem, Op, VecOp, Wait
+from hwc.isa import Op, VecOp, Wait
 from hwc.lower.memplan import Interval, check_plan, lower_bound, naive_total, peak, plan_best
 from hwc.tile.layers import (
     DWS_OF,
@@ -57,13 +56,6 @@ INT8_MIN = -128
 #: the chunks it reads only), each of at least MIN_CHUNK_LINES lines (a LOAD costs a bus latency).
 INPUT_CHUNKS = 8
 MIN_CHUNK_LINES = 64
-#: The params after the first weight group's load in parts of at least this many beats, one at a time
-#: where the LOAD unit has room (a single big LOAD would block the issue when a PPU first needs it).
-PARAM_PART_BEATS = 256
-#: Weights prefetched into a bank the group before computes from (`finalize`, `times`) load in pieces of at least
-#: this many blocks (besides the last): a LOAD costs LOAD_OVERHEAD + LM cycles of the bus besides its beats.
-#: (MobileNetV1-0.25 tile32x32: 12,212 cycles from 1 to 32 blocks, 12,230 at 64.)
-PREFETCH_MIN_BLOCKS = 8
 #: A tensor's halo between its first and last rows (a row's right pad and the next row's left pad) is filled by
 #: strided FILLs of up to this many runs: one FILL per row cost its issue overhead per row on POST.
 HALO_ROWS_PER_FILL = 16
@@ -1550,380 +1542,16 @@ class Codegen:
         times = None if timed is None else {k: int(timed[1][i]) for k, i in timed[0].emitted_at.items()}
         return self.finalize(act, copy.deepcopy(layer_records), loads, split, times)
 
-    def _first_pieces(self, g: Group) -> tuple[dict, dict]:
-        """The first weight group's load in pieces (`finalize`): {piece id: (first block, end block)} and
-        {id(GEMM Emitted): the pieces it reads}. One piece (no split) when the first GEMM reads every block."""
-        gemms = [e for e in g.compute if e.insn_args[0] == Op.GEMM]
-        if not gemms:
-            return {}, {}
-        bounds = [0]
-        for e in gemms:
-            f = e.insn_args[1]
-            need = f["wblk"] + 1 + f.get("dw9", 0)
-            if need > bounds[-1]:
-                last = bounds[-1] - (bounds[-2] if len(bounds) > 1 else 0)   # (the previous piece's size)
-                bounds.append(min(len(g.blocks), max(need, bounds[-1] + 2 * last)))
-        if bounds[-1] < len(g.blocks):
-            bounds.append(len(g.blocks))
-        if len(bounds) <= 2:
-            return {}, {}
-        pieces = {("weights", k): (lo, hi) for k, (lo, hi) in enumerate(zip(bounds, bounds[1:]))}
-        extra = {}
-        for e in gemms:
-            f = e.insn_args[1]
-            first, last = f["wblk"], f["wblk"] + f.get("dw9", 0)
-            extra[id(e)] = frozenset(p for p, (lo, hi) in pieces.items() if lo <= last and first < hi)
-        return pieces, extra
-
     def finalize(self, act: dict, layer_records: list[dict], loads: str = "eager", split: bool = False,
                  times: dict | None = None) -> TileProgram:
-        """The program: LOADs placed around the compute groups. `loads`: "eager" puts a deferred load
-        (the params, the second weight group) after the next GEMM; "paced" only once the GEMMs since the
-        last LOAD cover its estimated duration (a LOAD behind a busy LOAD unit blocks the issue). `split`: the
-        first weight group loads in pieces (below)."""
-        plan = self.plan
-        n, beat = self.n, self.beat
-        if len(self.params) > self.param_entries:
-            raise UnsupportedError(
-                f"the model needs {len(self.params)} requantization parameter sets but target {self.t['name']!r} "
-                f"has {self.param_entries} (scratchpad.param_entries); use a target with more.", [])
-        # DRAM image from dram_base: params, then weight groups, then inputs and outputs (beat aligned).
-        base = self.dram_base
-        dram = bytearray(b"".join(self.params))
-        regions = [{"name": "params", "offset": base, "size": len(dram), "kind": "params",
-                    "entries": len(self.params), "entry_beats": self.peb}]
-        weighted = [g for g in self.groups if g.blocks is not None and g.blocks]
-        for k, g in enumerate(weighted):
-            g.bank = k % 2 if self.double_buffer else 0
-            off = len(dram)
-            dram += b"".join(g.blocks)
-            regions.append({"name": f"weights.group{k}", "offset": base + off, "size": len(dram) - off,
-                            "kind": "weights", "blocks": len(g.blocks), "bank": g.bank})
-            g.dram = base + off
-        const_bytes = len(dram)
-        io_off = base + _align(const_bytes, beat)
-        inputs, outputs = {}, {}
-        for name in plan.inputs:
-            t = self.tensor(name)
-            inputs[name] = io_off
-            regions.append({"name": f"input.{name}", "offset": io_off, "size": t.cb * t.h * t.w * n, "kind": "input"})
-            io_off += _align(t.cb * t.h * t.w * n, beat)
-        for name in plan.outputs:
-            t = self.tensor(name)
-            outputs[name] = io_off
-            regions.append({"name": f"output.{name}", "offset": io_off, "size": t.cb * t.h * t.w * n,
-                            "kind": "output"})
-            io_off += _align(t.cb * t.h * t.w * n, beat)
+        """The program: LOADs and STOREs placed around the compute groups (`hwc.tile.place`). `loads`: "eager" puts
+        a deferred load (the params, the second weight group) after the next GEMM; "paced" only once the GEMMs since
+        the last LOAD cover its estimated duration. `split`: the first weight group loads in pieces. `times`: the
+        issue cycle of every compute instruction, (group, index) -> cycle, in this schedule's program without
+        prefetch: later groups' weights are then prefetched into a bank still in use."""
+        from hwc.tile.place import Placement
 
-        prog: list[isa.Insn] = []
-        insn_layer: list[int] = []
-        last_load = [-1]
-
-        def emit(opcode, wait=Wait.NONE, layer=-1, **f):
-            prog.append(isa.make(opcode, wait, **f))
-            insn_layer.append(layer)
-
-        debt = [0]   # estimated cycles the LOAD unit is busy ahead of the GEMMs emitted since
-
-        # `times` (prefetch): the issue cycle of every compute instruction, (group, index) -> cycle, in this
-        # schedule without prefetch: a clock at the instruction emitted last, and when the LOAD unit is free
-        clock = [0, 0]
-        emitted_at = {}
-
-        def load(load_id, **f):
-            emit(Op.LOAD, f.pop("wait", Wait.NONE), **f)
-            last_load[0] = load_id
-            cost = f["rows"] * f["row_beats"] + self.timing.LOAD_OVERHEAD + self.timing.LM
-            clock[1] = max(clock[1], clock[0]) + cost
-            if not isinstance(load_id, tuple):  # input chunks are paced by their GEMMs already
-                debt[0] = max(debt[0], 0) + cost
-
-        # LOAD placement. The LOAD unit is serial and instructions issue in order, so a LOAD blocks the
-        # instructions behind it until the one before it has completed: loads go into the program as late as
-        # possible, one ahead of their use. Input chunks load in the order compute first needs them, one
-        # more in flight. The first group's followers (the params, the next group's weights) wait until its
-        # input chunks are in (the params the first PPUs need and the next group's weights, the shorter LOAD
-        # first, then the other params), then go one at a time once the GEMMs emitted since the last LOAD
-        # cover its estimated duration.
-        wid = {id(g): 1000 + k for k, g in enumerate(weighted)}
-        # `split`: the first weight group's load, which has no compute before it to hide behind, goes in pieces in
-        # the order its GEMMs first read them, each like an input chunk (just before its first GEMM, one ahead,
-        # before the GEMM's input chunks): the first piece the first GEMM's blocks, each next one at least twice
-        # as large (a LOAD costs a bus latency). The search tries it (`hwc.tile.build._programs`): it adds
-        # latencies where the bus is the bottleneck (the FC autoencoder) and hides the first load where the
-        # array is (DS-CNN tile8x8: 90.1 -> 99.5% of the weight loads hidden).
-        pieces, extra = self._first_pieces(weighted[0]) if weighted and self.double_buffer and split else ({}, {})
-        order = [d for g in self.groups for e in g.compute
-                 for d in sorted(e.needs | extra.get(id(e), frozenset()), key=lambda d: (d not in pieces, str(d)))
-                 if isinstance(d, tuple)]
-        order += [(name, c) for name in plan.inputs for c in range(len(self.in_chunks[name]))]
-        order = list(dict.fromkeys(order))
-        group_chunks = {id(g): {d for e in g.compute for d in e.needs | extra.get(id(e), frozenset())
-                                if isinstance(d, tuple)} for g in self.groups}
-        # (the first weighted group's entries; all of them when it has no PPU, e.g. its PPU lags into the next
-        # group: limiting the part to the next group's entries measured slower on DS-CNN and the FC autoencoder)
-        first_w = next((k for k, g in enumerate(self.groups) if g.blocks), len(self.groups))
-        head = 1 + max((e.insn_args[1]["param"] + _dw_entries(e.insn_args[1]) for g in self.groups[:first_w + 1]
-                        for e in g.compute if e.insn_args[0] in (Op.PPU, Op.VEC)), default=len(self.params) - 1)
-        # the params after the first group's, in parts of at least PARAM_PART_BEATS (deferred, one at a time)
-        step = max(1, -(-PARAM_PART_BEATS // self.peb))
-        bounds = [0, head] + list(range(head + step, len(self.params), step)) + [len(self.params)]
-        bounds = sorted(set(b for b in bounds if b <= len(self.params)))
-        parts = [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo] or [(0, 0)]
-        part_of = {e: k for k, (lo, hi) in enumerate(parts) for e in range(lo, hi)}
-        loaded: set = set()
-
-        def load_chunk(d):
-            if d in loaded:
-                return
-            loaded.add(d)
-            if d in pieces:
-                load_group(weighted[0], Wait.NONE, *pieces[d], load_id=d)
-                return
-            name, c = d
-            t = self.tensor(name)
-            b0, b1, r0, r1 = self.in_chunks[name][c]
-            if b1 - b0 > 1:  # whole unpadded channel blocks, contiguous in DRAM and ACT: one row of beats
-                load(d, mem=int(Mem.ACT), dram=(inputs[name] // beat) + b0 * t.h * t.w, sram=t.line(b0, 0, 0),
-                     rows=1, row_beats=(b1 - b0) * t.h * t.w, dram_stride=0, sram_stride=0)
-                return
-            load(d, mem=int(Mem.ACT), dram=(inputs[name] // beat) + (b0 * t.h + r0) * t.w, sram=t.line(b0, r0, 0),
-                 rows=r1 - r0, row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
-
-        def load_params(part):
-            lo, hi = parts[part]
-            if hi > lo:
-                load(-1 - part, mem=int(Mem.PARAM), dram=base // beat + lo * self.peb, sram=lo * self.peb,
-                     rows=1, row_beats=(hi - lo) * self.peb, dram_stride=0, sram_stride=0)
-
-        def load_group(g, wait, lo=0, hi=None, load_id=None):
-            """Group g's weight blocks [lo, hi) (all of them by default)."""
-            hi = len(g.blocks) if hi is None else hi
-            load(wid[id(g)] if load_id is None else load_id, wait=wait, mem=int(Mem.WGT),
-                 dram=g.dram // beat + lo * n, sram=(g.bank * self.bank_blocks + lo) * n, rows=1,
-                 row_beats=(hi - lo) * n, dram_stride=0, sram_stride=0)
-
-        deferred = [(-1, lambda: load_params(0))]
-        if weighted and self.double_buffer and len(weighted) > 1:
-            # the shorter of the two first (the params' first part or the second group's weights)
-            lo, hi = parts[0]
-            first = len(weighted[1].blocks) * n < (hi - lo) * self.peb
-            deferred.insert(0 if first else 1, (wid[id(weighted[1])], lambda: load_group(weighted[1], Wait.NONE)))
-        deferred += [(-1 - k, lambda k=k: load_params(k)) for k in range(1, len(parts))]
-
-        def flush(upto=None, most=None):
-            """The deferred loads, up to the one with id `upto` (None: all), at most `most` of them."""
-            ids = [d for d, _ in deferred]
-            k = len(deferred) if upto is None else (ids.index(upto) + 1 if upto in ids else 0)
-            k = k if most is None else min(k, most)
-            for _, fn in deferred[:k]:
-                fn()
-            del deferred[:k]
-
-        # Output stores. v2: a channel block of a model output is stored once the POST instruction that writes
-        # it last has had time to finish (estimated by the GEMMs emitted since): a STORE does not issue while
-        # POST is busy, and POST instructions run one at a time in program order, so by its issue every write
-        # to the block is done. It then moves beside the compute instead of after it (the output lines are
-        # live to the end; the STORE unit has its own bus channel). v1 and the rest: at the end, as before.
-        t_ = self.timing
-        store_order = [(name, cb) for name in plan.outputs for cb in range(self.tensor(name).cb)]
-        stored: set = set()
-        last_writer = {}
-        if self.post_unit:
-            for g in self.groups:
-                for e in g.compute:
-                    if e.writes is not None:
-                        for d in store_order:
-                            if _overlaps((d[0], d[1], 0, 1 << 30), e.writes):
-                                last_writer[d] = id(e)
-        pending: list[list] = []   # [output, channel block, estimated cycles until POST is idle]
-
-        def store(name, cb, wait=Wait.NONE):
-            t = self.tensor(name)
-            stored.add((name, cb))
-            emit(Op.STORE, wait, dram=(outputs[name] // beat) + cb * t.h * t.w, sram=t.line(cb, 0, 0), rows=t.h,
-                 row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
-
-        def early_stores(e, op, fields):
-            lines = _lines(fields)
-            if op == Op.GEMM:
-                for p in pending:
-                    p[2] -= self._gemm_cycles(lines)
-            elif e.writes is not None:
-                busy = _post_busy(t_, op, fields) + t_.IDLE_LAG
-                for p in pending:  # a STORE behind this POST instruction waits for it too
-                    p[2] += busy
-                pending.extend([*d, busy]
-                               for d in store_order if last_writer.get(d) == id(e))
-            while pending and pending[0][2] <= 0:
-                store(*pending.pop(0)[:2])
-
-        if order:
-            load_chunk(order[0])
-        if weighted and self.double_buffer and not pieces:
-            load_group(weighted[0], Wait.NONE)
-        # Prefetch (with `times`): group k + 2's weights go into the bank of group k while it computes, the blocks
-        # past group k's first, then the others as its GEMMs are done with them (a block is free once the GEMM
-        # after its last reader has issued: that one has read its weights), whenever the LOAD unit is idle by the
-        # clock of `times` (the params still deferred go first). Group k + 1's LOAD, behind group k's first GEMM
-        # as before, then loads only the blocks left, once the LOAD unit is idle, at the latest before its first
-        # GEMM. Where a bank-sized group computes for less time than the next one takes to load, the LOAD unit
-        # idled while group k finished (MobileNetV1-0.25 tile32x32: 12,482 -> 12,212 cycles).
-        prefetched: dict[int, dict] = {}   # id(group) -> a: blocks split.. loaded, b: blocks ..b loaded, LOAD ids
-        ahead = [None]   # (the group being prefetched, last reader per block of the computing group, its state)
-
-        def prefetch(ei):
-            """The next piece of the group ahead whose blocks are free once instruction `ei` of the group computing
-            now has issued, when the LOAD unit is about idle: first the blocks past the computing group's, then
-            the others from the first as they are done with."""
-            if times is None or clock[1] > clock[0]:
-                return
-            if deferred:   # (the params first: behind a prefetch, the LOAD a PPU waits for would hold up the issue)
-                flush(most=1)
-                return
-            if ahead[0] is None:
-                return
-            G, last_use, st = ahead[0]
-            if not st["a"] and st["split"] < len(G.blocks):
-                lo, hi = st["split"], len(G.blocks)
-                st["a"] = True
-            else:
-                free = next((b for b in range(st["split"]) if last_use.get(b, -1) >= ei), st["split"])
-                if free - st["b"] < min(PREFETCH_MIN_BLOCKS, st["split"] - st["b"]) or free <= st["b"]:
-                    return
-                lo, hi = st["b"], free
-                st["b"] = free
-            pid = wid[id(G)] * 10_000 + len(st["ids"])   # (a piece's LOAD id; at most 4,096 blocks in WGT)
-            load_group(G, Wait.NONE, lo, hi, load_id=pid)
-            st["ids"].append(pid)
-            if st["b"] == st["split"] and (st["a"] or st["split"] == len(G.blocks)):
-                ahead[0] = None
-
-        owed: dict[int, tuple] = {}   # id(group) -> (group, first block, end block): its LOAD still to place
-
-        def pay(g=None) -> bool:
-            """An owed LOAD: group g's (before its first GEMM), or any once the LOAD unit is about idle."""
-            key = id(g) if g is not None else next(iter(owed), None)
-            if key in owed and (g is not None or clock[1] <= clock[0]):
-                G, lo, hi = owed.pop(key)
-                load_group(G, Wait.NONE, lo, hi)
-                return True
-            return False
-
-        wi = 0
-        for gi, g in enumerate(self.groups):
-            is_w = g.blocks is not None and g.blocks
-            after_first = None   # the group load that goes behind this group's first GEMM
-            ahead[0] = None
-            if is_w:
-                if not self.double_buffer:  # ablation: load each group only once the previous one is done
-                    flush()
-                    load_group(g, Wait.COMPUTE)
-                elif wi >= 1:
-                    flush(wid[id(g)])
-                    if loads == "eager":
-                        flush(most=1)
-                    if wi + 1 < len(weighted):
-                        after_first = weighted[wi + 1]
-                wi += 1
-            for ei, e in enumerate(g.compute):
-                op, fields = e.insn_args
-                needs = set(e.needs | extra.get(id(e), frozenset()))
-                if op in (Op.PPU, Op.VEC):
-                    needs |= _param_loads(fields, part_of)
-                if is_w and op == Op.GEMM and not (pieces and g is weighted[0]):
-                    pay(g)
-                    needs.add(wid[id(g)])
-                    needs.update(prefetched[id(g)]["ids"] if id(g) in prefetched else ())
-                fields = dict(fields)
-                if op == Op.GEMM and is_w:
-                    fields["wblk"] += g.bank * self.bank_blocks
-                chunks = sorted((d for d in needs if isinstance(d, tuple)), key=order.index)
-                for d in chunks:
-                    load_chunk(d)
-                for d in needs:
-                    flush(d)
-                wait = (Wait.LOAD if last_load[0] in needs else Wait.NONE) | e.wait
-                emit(op, wait, e.layer, **fields)
-                emitted_at[gi, ei] = len(prog) - 1
-                if times is not None:
-                    clock[0] = times[gi, ei]
-                early_stores(e, op, fields)
-                if after_first is not None and op == Op.GEMM:
-                    # the params parts this group's PPUs and VECs still need go first: behind the next group's
-                    # weights their first PPU waited for both (MobileNetV1-0.25 tile32x32: 16,943 -> 16,579 cycles)
-                    want = set().union(*(_param_loads(x.insn_args[1], part_of) for x in g.compute[ei + 1:]
-                                         if x.insn_args[0] in (Op.PPU, Op.VEC)))
-                    ids = [d for d, _ in deferred]
-                    if want & set(ids):
-                        flush(max((d for d in want if d in ids), key=ids.index))
-                    # The next group's weights go into the bank the previous group's GEMMs read. A GEMM issues
-                    # only once the one before it streams, i.e. has read all its weights: so once this group's
-                    # first GEMM has issued, no GEMM reads that bank any more, and the LOAD needs no wait (it used
-                    # to go before that GEMM with Wait.COMPUTE, holding it back while the LOAD unit was busy).
-                    # Deferring it further, behind the params parts, measured slower (MobileNet tile32x32).
-                    st = prefetched.get(id(after_first))
-                    if st is None:
-                        load_group(after_first, Wait.NONE)
-                    elif st["b"] < (st["split"] if st["a"] else len(after_first.blocks)):
-                        # the blocks left, once the LOAD unit is about idle (behind a prefetch still running, a
-                        # LOAD would hold up the issue of everything after it), at the latest before the group's
-                        # first GEMM
-                        owed[id(after_first)] = (after_first, st["b"],
-                                                 st["split"] if st["a"] else len(after_first.blocks))
-                        pay()
-                    if times is not None and wi + 1 < len(weighted):
-                        # (the blocks of this group a GEMM reads last; a GEMM.dw9 weight is two blocks)
-                        last_use = {}
-                        for k2, x in enumerate(g.compute):
-                            if x.insn_args[0] == Op.GEMM:
-                                b = x.insn_args[1]["wblk"]
-                                for bb in (b, b + 1) if x.insn_args[1].get("dw9") else (b,):
-                                    last_use[bb] = k2
-                        G = weighted[wi + 1]
-                        prefetched[id(G)] = dict(a=False, b=0, split=min(len(G.blocks), len(g.blocks)), ids=[])
-                        ahead[0] = (G, last_use, prefetched[id(G)])
-                    after_first = None
-                nxt = next((d for d in order if d not in loaded), None)
-                if op == Op.GEMM:
-                    debt[0] -= self._gemm_cycles(fields["n_outer"] * fields["n_inner"])
-                if chunks and nxt in group_chunks[id(g)]:
-                    # the next chunk loads while this one is computed on; but a PPU before its first reader whose
-                    # params are not in yet gets them first (behind that chunk they held up a short first tile)
-                    part = next((k for k, _ in deferred if k < 0 and _needs_first(g.compute[ei + 1:], nxt, k,
-                                                                                   part_of, extra)), None)
-                    if part is not None:   # (DS-CNN tile8x8: 44,188 -> 44,049 cycles)
-                        flush(part)
-                    load_chunk(nxt)
-                elif op == Op.GEMM and (loads == "eager" or debt[0] <= 0):
-                    flush(most=1)
-                if op == Op.GEMM and not pay():
-                    prefetch(ei)
-            assert after_first is None, "a weighted group without a GEMM would leave its follower unloaded"
-        for d in order:
-            load_chunk(d)
-        flush()
-        first_wait = Wait.COMPUTE | (Wait.POST if self.post_unit else Wait.NONE)
-        for k, (name, cb) in enumerate(d for d in store_order if d not in stored):
-            store(name, cb, first_wait if k == 0 else Wait.NONE)
-        emit(Op.FINISH, Wait.ALL)
-        span: dict[int, list[int]] = {}   # layer -> [first instruction, last + 1]
-        for i, li in enumerate(insn_layer):
-            span.setdefault(li, [i, i])[1] = i + 1
-        for k, rec in enumerate(layer_records):
-            rec["insns"] = span.get(k, [0, 0])
-            del rec["groups"]
-        return TileProgram(prog, dram, regions, inputs, outputs, io_off, act, layer_records, insn_layer, emitted_at)
-
-
-def _dw_entries(fields: dict) -> int:
-    """The PARAM entries a PPU reads after its first (PPU.dw: two more)."""
-    return isa.DW_POST_ENTRIES - 1 if fields.get("dw") else 0
-
-
-def _param_loads(fields: dict, part_of: dict) -> set[int]:
-    """The params LOADs (-1 - part) holding the entries a PPU or VEC reads."""
-    return {-1 - part_of.get(fields.get("param", 0) + k, 0) for k in range(1 + _dw_entries(fields))}
+        return Placement(self, loads, split, times).program(act, layer_records)
 
 
 def _post_busy(t: isa.Timing, op: Op, fields: dict) -> int:
@@ -1936,18 +1564,6 @@ def _post_busy(t: isa.Timing, op: Op, fields: dict) -> int:
     return t.FILL_OVERHEAD + lines
 
 
-def _needs_first(rest: list, chunk, part: int, part_of: dict, extra: dict) -> bool:
-    """Does a PPU or VEC of `rest` needing the params LOAD `part` (-1 - its part) come before any instruction needing
-    `chunk` (an input chunk or a piece of the first weight group, `extra`)?"""
-    for e in rest:
-        if chunk in e.needs or chunk in extra.get(id(e), ()):
-            return False
-        op, fields = e.insn_args
-        if op in (Op.PPU, Op.VEC) and part in _param_loads(fields, part_of):
-            return True
-    return False
-
-
 def _lines(fields: dict) -> int:
     """The lines a GEMM, PPU or VEC loops over, or a FILL writes."""
     return fields.get("n_outer", fields.get("rows", 1)) * fields.get("n_inner", fields.get("count", 1))
@@ -1955,10 +1571,6 @@ def _lines(fields: dict) -> int:
 
 def _tile_list(ho: int, r: int) -> list[tuple[int, int]]:
     return [(oy0, min(r, ho - oy0)) for oy0 in range(0, ho, r)]
-
-
-def _align(x: int, a: int) -> int:
-    return -(-x // a) * a
 
 
 def _overlaps(read, written) -> bool:

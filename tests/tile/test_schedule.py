@@ -991,13 +991,13 @@ def test_im2row_shapes(c, m, w, h, k, stride, dil, pads, shift, target):
 
 
 def test_a_ppu_gets_its_params_before_the_next_chunk_its_tile_does_not_read(monkeypatch):
-    """LOAD placement (Codegen.finalize, `_needs_first`): the next input chunk or weight piece loads one ahead of
+    """LOAD placement (hwc.tile.place, `_needs_first`): the next input chunk or weight piece loads one ahead of
     its first reader, but when a PPU whose params are not in yet comes before that reader, the params load first
     (behind the chunk they held the PPU, and the in-order issue behind it). DS-CNN on tile8x8: fewer cycles than
     without; exact against the int8 reference."""
     from hwc.frontend import import_onnx
     from hwc.quant.build import quantize_model
-    from hwc.tile import codegen
+    from hwc.tile import place
     from hwc.zoo import MODELS, random_inputs
 
     t = TARGETS["tile8x8"]
@@ -1008,7 +1008,7 @@ def test_a_ppu_gets_its_params_before_the_next_chunk_its_tile_does_not_read(monk
     cycles = []
     for off in (False, True):
         if off:
-            monkeypatch.setattr(codegen, "_needs_first", lambda *a: False)
+            monkeypatch.setattr(place, "_needs_first", lambda *a: False)
         art = build_tile(g, t, hdl=False, pin=pin)
         got, want = art.run(feeds, engine="model"), art.run(feeds, engine="reference")
         for name in want:
