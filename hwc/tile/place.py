@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from hwc import isa
 from hwc.errors import UnsupportedError
 from hwc.isa import Mem, Op, Wait
-from hwc.tile.codegen import TileProgram, _lines, _overlaps, _post_busy
+from hwc.tile.codegen import Group, TileProgram, _lines, _overlaps, _post_busy
 
 #: The params after the first weight group's load in parts of at least this many beats, one at a time
 #: where the LOAD unit has room (a single big LOAD would block the issue when a PPU first needs it).
@@ -45,7 +45,7 @@ PREFETCH_MIN_BLOCKS = 8
 class _Ahead:
     """A weight group being prefetched into the bank of the group computing now."""
 
-    group: object          # the Group whose blocks load
+    group: Group           # the group whose blocks load
     split: int             # its blocks [0, split) sit where the computing group's are; [split, ..) are free at once
     last_use: dict         # block of the computing group -> index of the last GEMM reading it
     past: bool = False     # blocks [split, ..) loaded
@@ -201,7 +201,7 @@ class Placement:
             self.load(-1 - part, mem=int(Mem.PARAM), dram=self.cg.dram_base // self.beat + lo * peb, sram=lo * peb,
                       rows=1, row_beats=(hi - lo) * peb, dram_stride=0, sram_stride=0)
 
-    def load_group(self, g, wait: Wait, lo: int = 0, hi: int | None = None, load_id=None) -> None:
+    def load_group(self, g: Group, wait: Wait, lo: int = 0, hi: int | None = None, load_id=None) -> None:
         """Group g's weight blocks [lo, hi) (all of them by default)."""
         n = self.n
         hi = len(g.blocks) if hi is None else hi
@@ -272,7 +272,7 @@ class Placement:
         if a.done == a.split and (a.past or a.split == len(a.group.blocks)):
             self.ahead = None
 
-    def pay(self, g=None) -> bool:
+    def pay(self, g: Group | None = None) -> bool:
         """An owed LOAD: group g's (before its first GEMM), or any once the LOAD unit is about idle."""
         key = id(g) if g is not None else next(iter(self.owed), None)
         if key in self.owed and (g is not None or self.load_free <= self.now):
@@ -282,7 +282,7 @@ class Placement:
         return False
 
     # ---- the program -----------------------------------------------------------------------------
-    def program(self, act: dict, layer_records: list[dict]):
+    def program(self, act: dict, layer_records: list[dict]) -> TileProgram:
         """The whole program (a TileProgram); `layer_records` gain their instruction ranges."""
         cg = self.cg
         if self.order:
@@ -307,7 +307,7 @@ class Placement:
         return TileProgram(self.prog, self.dram, self.regions, self.inputs, self.outputs, self.dram_bytes, act,
                            layer_records, self.insn_layer, self.emitted_at)
 
-    def _group(self, gi: int, g) -> None:
+    def _group(self, gi: int, g: Group) -> None:
         """Group `gi`'s compute instructions, with the loads placed around them."""
         cg = self.cg
         is_w = bool(g.blocks)
@@ -367,7 +367,7 @@ class Placement:
                 self.prefetch(ei)
         assert after_first is None, "a weighted group without a GEMM would leave its follower unloaded"
 
-    def _behind_first_gemm(self, g, ei: int, nxt) -> None:
+    def _behind_first_gemm(self, g: Group, ei: int, nxt: Group) -> None:
         """Behind group g's first GEMM (instruction `ei`): the next group `nxt`'s weights, and (with `times`) the
         group after it starts prefetching into g's bank."""
         # the params parts this group's PPUs and VECs still need go first: behind the next group's weights their
@@ -401,7 +401,7 @@ class Placement:
             self.ahead = self.prefetched[id(G)] = _Ahead(G, min(len(G.blocks), len(g.blocks)), last_use)
 
 
-def first_pieces(g) -> tuple[dict, dict]:
+def first_pieces(g: Group) -> tuple[dict, dict]:
     """The first weight group's load in pieces (`split`): {piece id: (first block, end block)} and
     {id(GEMM Emitted): the pieces it reads}. One piece (no split) when the first GEMM reads every block.
     The first piece holds the first GEMM's blocks, each next one is at least twice as large as the one before
