@@ -1,0 +1,137 @@
+"""ACT hazards on the tile model's timeline. The model executes each instruction's data effect in program order
+at its issue, so the bit-exact tests cannot see a GEMM that, on the hardware, reads ACT lines before the POST
+instruction or LOAD writing them has finished (or a FILL overwriting lines a GEMM in flight still reads): only the
+RTL would, and only where the timing happens to race. The scheduler avoids them with wait bits and with the rule
+that a POST instruction issues only once the one before it has finished (`Codegen.compute`). This checks that
+rule's outcome independently: every ACT line's readers start after its last writer ended, and every writer
+starts after the readers of the previous contents ended, with each instruction's lines computed from its fields
+(docs/tile.md, docs/tile-v2.md) and its times from the model's Result."""
+
+import numpy as np
+import pytest
+from hwc.sim.model import TileModel
+from hwc.targets import load_target, tile_variant
+from qgraphs import QBuilder
+from test_schedule import TARGETS, _random_chain
+
+from hwc import isa
+from hwc.frontend import import_onnx
+from hwc.isa import Mem, Op
+from hwc.quant.build import quantize_model
+from hwc.tile.build import build_tile
+from hwc.zoo import MODELS, random_inputs
+
+
+def _lines(base: int, no: int, so: int, ni: int, si: int) -> np.ndarray:
+    """ACT lines base + i * so + j * si, i < no, j < ni."""
+    return (base + np.arange(no)[:, None] * so + np.arange(ni)[None, :] * si).ravel()
+
+
+def _access(i: isa.Insn) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(lines read, lines written) of ACT by one instruction."""
+    f = i.get
+    if i.op == Op.GEMM:
+        return [_lines(f("act"), f("n_outer"), f("act_so"), f("n_inner"), f("act_si"))], []
+    if i.op == Op.PPU:
+        oo, oi = isa.ppu_out_dims(f("n_outer"), f("n_inner"), f("dws"), f("dwc"), f("dwf"))
+        return [], [_lines(f("out"), oo, f("out_so"), oi, f("out_si"))]
+    if i.op == Op.VEC:
+        args = (f("n_outer"), f("in_so"), f("n_inner"), f("in_si"))
+        return ([_lines(f("a"), *args), _lines(f("b"), *args)],
+                [_lines(f("out"), f("n_outer"), f("out_so"), f("n_inner"), f("out_si"))])
+    if i.op == Op.FILL:
+        return [], [_lines(f("addr"), f("rows"), f("stride"), f("count"), 1)]
+    if i.op in (Op.LOAD, Op.STORE) and (i.op == Op.STORE or f("mem") == Mem.ACT):
+        lines = _lines(f("sram"), f("rows"), f("sram_stride"), f("row_beats"), 1)
+        return ([lines], []) if i.op == Op.STORE else ([], [lines])
+    return [], []
+
+
+def act_hazards(prog: list, res, act_lines: int) -> list[str]:
+    """Read-after-write and write-after-read violations on ACT lines, by the model's timeline. A GEMM reads its
+    lines from MEM_LATENCY + 1 cycles before its stream starts (a conservative margin) to its stream's end; every
+    other instruction reads and writes from its issue to its end."""
+    ml = isa.MEM_LATENCY
+    written = np.full(act_lines, -1, np.int64)   # the cycle the last write of each line has ended
+    writer = np.full(act_lines, -1, np.int64)
+    read_end = np.full(act_lines, -1, np.int64)   # the latest read end of its current contents
+    reader = np.full(act_lines, -1, np.int64)
+    bad = []
+    for k, i in enumerate(prog):
+        reads, writes = _access(i)
+        if i.op == Op.GEMM:
+            r0, r1 = int(res.start[k]) - ml - 1, int(res.start[k]) + i.get("n_outer") * i.get("n_inner")
+        else:
+            r0, r1 = int(res.issue[k]), int(res.end[k])
+        for lines in reads:
+            late = lines[written[lines] > r0]
+            if late.size:
+                w = int(writer[late[0]])
+                bad.append(f"{i.op.name} {k} reads line {late[0]} from cycle {r0}, {prog[w].op.name} {w} writes it "
+                           f"until {int(written[late[0]])}")
+            upd = read_end[lines] < r1
+            reader[lines[upd]] = k
+            read_end[lines] = np.maximum(read_end[lines], r1)
+        for lines in writes:
+            early = lines[read_end[lines] > r0]
+            if early.size:
+                rd = int(reader[early[0]])
+                bad.append(f"{i.op.name} {k} writes line {early[0]} from cycle {r0}, {prog[rd].op.name} {rd} reads "
+                           f"it until {int(read_end[early[0]])}")
+            written[lines], writer[lines], read_end[lines] = r1, k, -1
+    return bad
+
+
+def _timeline(art, target):
+    io = art.info["tile"]["segments"][0]
+    res = TileModel(target).run(art.program, art.memory_image(), io["prog_offset"] // isa.INSN_BYTES, data=False)
+    return isa.from_bytes(art.program), res
+
+
+@pytest.mark.parametrize("model,target", [("ds_cnn", "tile8x8"), ("ds_cnn", "tile32x32"),
+                                          ("mobilenet_v1_025", "tile32x32"), ("fc_autoencoder", "tile8x8"),
+                                          pytest.param("resnet8", "tile32x32", marks=pytest.mark.slow),
+                                          pytest.param("mobilenet_v1_025", "tile8x8", marks=pytest.mark.slow),
+                                          pytest.param("resnet8", "tile8x8", marks=pytest.mark.slow)])
+def test_no_act_hazards_in_the_benchmark_models(model, target):
+    t = load_target(target)
+    m = MODELS[model]()
+    q = quantize_model(import_onnx(m), t, random_inputs(m, n=8, seed=3))
+    art = build_tile(q, t, hdl=False)
+    prog, res = _timeline(art, t)
+    assert res.done
+    bad = act_hazards(prog, res, t["scratchpad"]["act_lines"])
+    assert bad == [], bad[:5]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_no_act_hazards_on_random_graphs(seed):
+    """Random chains (`test_schedule._random_chain`) on the bundled tiles (with the depthwise stage on tile32x32)
+    and on the test targets (the array's depthwise schedules) and their v1 variants."""
+    rng = np.random.default_rng(1000 + seed)
+    names = ["tile8x8", "tile32x32"]
+    for it in range(6):
+        choice = str(rng.choice(names + sorted(TARGETS)))
+        t = load_target(choice) if choice in names else TARGETS[choice]
+        g = _random_chain(rng, QBuilder(seed=seed * 100 + it))
+        art = build_tile(g, t, hdl=False)
+        prog, res = _timeline(art, t)
+        bad = act_hazards(prog, res, t["scratchpad"]["act_lines"])
+        assert bad == [], (choice, bad[:5])
+
+
+def test_the_check_finds_a_gemm_that_does_not_wait_for_post(monkeypatch):
+    """The probe probes: with the GEMMs' POST waits left out (`Codegen.compute` never sees an overlap), a model
+    whose GEMMs read what the PPU before them wrote has read-after-write hazards."""
+    from hwc.tile import codegen
+
+    t = tile_variant(load_target("tile8x8"), dw_post=False)
+    b = QBuilder(seed=5)
+    x = b.input("x", (1, 8, 6, 6), zp=1)
+    g = b.output(b.conv(b.conv(x, 8, k=1, relu=True), 8, k=1))
+    art = build_tile(g, t, hdl=False)
+    assert act_hazards(*_timeline(art, t), t["scratchpad"]["act_lines"]) == []
+    monkeypatch.setattr(codegen, "_overlaps", lambda read, written: False)
+    art = build_tile(g, t, hdl=False)
+    bad = act_hazards(*_timeline(art, t), t["scratchpad"]["act_lines"])
+    assert any(s.startswith("GEMM") and "PPU" in s for s in bad), bad
