@@ -37,6 +37,7 @@ class FillEngine(wiring.Component):
         self.p = p
         super().__init__({
             "start": In(1), "word": In(isa.INSN_BITS), "busy": Out(1),
+            "dw_drain": Out(1),   # a PPU.dw may issue though POST is busy (PostEngine.dw_drain)
             "act_addr": Out(p.act_bits), "act_we": Out(1), "act_wdata": Out(p.line_bits),
         })
 
@@ -74,6 +75,7 @@ class PostUnit(wiring.Component):
         self.p = p
         super().__init__({
             "start": In(1), "word": In(isa.INSN_BITS), "busy": Out(1),
+            "dw_drain": Out(1),   # a PPU.dw may issue though POST is busy (PostEngine.dw_drain)
             "act_addr": Out(p.act_bits), "act_we": Out(1), "act_wdata": Out(p.line_bits),
             "act_rdata": In(p.line_bits),
             "acc_raddr": Out(p.acc_bits), "acc_rdata": In(p.acc_line_bits),
@@ -88,7 +90,7 @@ class PostUnit(wiring.Component):
         op = opcode(self.word)
         m.d.comb += [post.start.eq(self.start & ((op == isa.Op.PPU) | (op == isa.Op.VEC))), post.word.eq(self.word),
                      fill.start.eq(self.start & (op == isa.Op.FILL)), fill.word.eq(self.word),
-                     self.busy.eq(post.busy | fill.busy),
+                     self.busy.eq(post.busy | fill.busy), self.dw_drain.eq(post.dw_drain & ~fill.busy),
                      self.act_addr.eq(post.act_addr | fill.act_addr),
                      self.act_we.eq(post.act_we | fill.act_we),
                      self.act_wdata.eq(post.act_wdata | fill.act_wdata),

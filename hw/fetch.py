@@ -162,7 +162,8 @@ class Fetch(wiring.Component):
             "head_load_act": Out(1),        # the head is a LOAD into ACT
             "pop": In(1),
             "busy": Out(1),        # requests outstanding or instructions in pre-decode
-        } | ({"head_ppu_lag": Out(isa.PPU_MAX_LAG)} if p.post_unit else {}))   # bit k-1: the head is a PPU, lag = k
+        } | ({"head_ppu_lag": Out(isa.PPU_MAX_LAG)} if p.post_unit else {})   # bit k-1: the head is a PPU, lag = k
+          | ({"head_ppu_dw": Out(1)} if p.dw_post else {}))   # the head is a PPU.dw
 
     def elaborate(self, platform):
         m = Module()
@@ -306,4 +307,9 @@ class Fetch(wiring.Component):
                 lag = field(nw, isa.Op.PPU, "lag")
                 m.d.sync += ppu_lag.eq(Cat(*[(nop == isa.Op.PPU) & (lag == k) for k in range(1, isa.PPU_MAX_LAG + 1)]))
             m.d.comb += self.head_ppu_lag.eq(ppu_lag)
+        if self.p.dw_post:
+            ppu_dw = Signal(reset_less=True)
+            with m.If(take):
+                m.d.sync += ppu_dw.eq((nop == isa.Op.PPU) & field(nw, isa.Op.PPU, "dw"))
+            m.d.comb += self.head_ppu_dw.eq(ppu_dw)
         return m

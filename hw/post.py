@@ -37,7 +37,9 @@ one per cycle), prepares the lane parameters in one cycle, then streams:
        result write exactly on a write slot, so reads and writes never collide.
   PPU.dw (features.dw_post, docs/tile-v2.md): three PARAM entries (the last two read while it streams),
        the tile's padded rows one position a cycle (pads read no ACC line), the requantized lines through
-       the 3x3 depthwise stage (`_dw_stage`) and a second pipe, whose results are written to ACT.
+       the 3x3 depthwise stage (`_dw_stage`) and a second pipe, whose results are written to ACT. A PPU.dw
+       after a PPU.dw may start while the one before drains its second pipe (`dw_drain`; docs/tile-v2.md,
+       "PPU.dw after PPU.dw").
 """
 
 from __future__ import annotations
@@ -219,6 +221,9 @@ class PostEngine(wiring.Component):
             "start": In(1),
             "word": In(isa.INSN_BITS),
             "busy": Out(1),
+            # PPU.dw (features.dw_post): draining a PPU.dw whose positions have all left the depthwise stage, only
+            # its second pipe still busy: a next PPU.dw may issue (docs/tile-v2.md, "PPU.dw after PPU.dw")
+            "dw_drain": Out(1),
             "param_addr": Out(p.param_bits),
             "param_data": In(p.beat_bits),
             "acc_raddr": Out(p.acc_bits),      # zero when unused (OR-muxed with the GEMM engine)
@@ -262,7 +267,7 @@ class PostEngine(wiring.Component):
         # the instruction's fields are captured in every cycle the engine is idle (an issue only comes
         # then), not on `start`: the wide enables start from the engine's own registers, not from the
         # issue decision (hw/tile.py), which only sets the state
-        capture = ~self.busy
+        capture = ~self.busy | self.dw_drain
         # (PPU.dw: n_outer + 1 rows of n_inner + 1 positions, position (i, j) reading ACC line (i, j - 1); no
         # bottom pad row after a context row, PPU.dwc bit 1)
         loop = loop2d(m, "pp", load=capture, step=step,
@@ -282,7 +287,8 @@ class PostEngine(wiring.Component):
         # 2 PEB - 1 cycles into the stream; the first window with an output (stream position P + 2, P >= 4) reaches
         # the products P + 2 + ML + PIPE_LATENCY + 1 cycles in, and the second pipe's parameters are used later)
         assert not dwp or 2 * peb - 1 <= isa.DWP_MIN_PITCH + 2 + ML + PIPE_LATENCY + 1, "taps would land late"
-        pread = ((state != IDLE) if dwp else (state == PARAM)) & (k < nbeats)
+        # (not while capturing in DRAIN: the draining PPU.dw's reads are done, and the capture restarts k)
+        pread = (((state != IDLE) & ~((state == DRAIN) & capture)) if dwp else (state == PARAM)) & (k < nbeats)
         m.d.comb += self.param_addr.eq(Mux(pread, pbase + k, 0))
         with m.If(pread):
             m.d.sync += k.eq(k + 1)
@@ -419,6 +425,19 @@ class PostEngine(wiring.Component):
         with m.If((state == DRAIN) & ~pipe_busy):
             m.d.sync += state.eq(IDLE)
         m.d.comb += self.busy.eq(((state != IDLE) & (state != DRAIN)) | pipe_busy)
+        if dwp:
+            # PPU.dw after PPU.dw: once this PPU.dw's last position has left the depthwise stage (its ACC reads and
+            # PARAM reads long done), only the second pipe still uses anything of it: its parameters (entry param + 1
+            # in `preg`, shm2), which the next PPU.dw's PARAM reads overwrite no sooner than PEB + ML + 1 cycles
+            # after its issue, later than the second pipe's last stage reads them (the assert below)
+            assert peb + ML + 1 > PIPE_LATENCY - 1, "a next PPU.dw's entry param + 1 would land in the draining pipe"
+            reads_done = Signal()   # this instruction's PARAM beats have all landed
+            with m.If(pvalid[-1] & (pidx[-1] == nbeats - 1)):
+                m.d.sync += reads_done.eq(1)
+            with m.If(self.start):
+                m.d.sync += reads_done.eq(0)
+            m.d.comb += self.dw_drain.eq(is_dw & (state == DRAIN) & reads_done & ~Cat(*tvs, *pvalid, extra).any()
+                                         & ~pipe.busy & ~self._stage_fill)
 
         with m.If(capture):
             m.d.sync += [k.eq(0), is_vec.eq(w_vec), is_dw.eq(w_dw),
@@ -532,4 +551,5 @@ class PostEngine(wiring.Component):
         # (as a write would: the unit stays busy WL cycles after the last position, written or not)
         tail = [Signal(name=f"dw_tail{i}") for i in range(WL)]
         m.d.sync += [tail[i].eq(pipe2.out_valid if i == 0 else tail[i - 1]) for i in range(WL)]
+        self._stage_fill = Cat(va, vb, vc, vd).any()
         return we, wdata, waddr, Cat(va, vb, vc, vd, *tail).any() | pipe2.busy

@@ -248,6 +248,10 @@ class Tile(wiring.Component):
         if v2:
             to_post = issue & kind["compute"]
             m.d.sync += post_busy.eq(post.busy | to_post)
+            # a PPU.dw may issue behind a PPU.dw whose second pipe still drains (PostEngine.dw_drain)
+            post_dw_ok = Signal(name="post_dw_ok_q")
+            if p.dw_post:
+                m.d.sync += post_dw_ok.eq(post.dw_drain & ~to_post)
             idle[isa.Wait.POST] = ~post_busy
             # PPU.lag: every GEMM but the latest issued has completed (a GEMM issued while others are in
             # flight makes them older: counted from the next cycle on, as the other busy registers)
@@ -268,7 +272,8 @@ class Tile(wiring.Component):
                    | (kind["load"] & ~load_busy & (~fetch.head_load_act | (~store_busy & ~post_busy)))
                    | (kind["store"] & ~store_busy & ~load_act_busy & ~post_busy)
                    | (kind["gemm"] & gemm_ok)
-                   | (kind["compute"] & ~post_busy & ~load_act_busy & ~store_busy
+                   | (kind["compute"] & (~post_busy | (post_dw_ok & (fetch.head_ppu_dw if p.dw_post else 0)))
+                      & ~load_act_busy & ~store_busy
                       & ~(fetch.head_ppu_lag & older_busy).any())
                    | (kind["finish"] & all_idle))
         else:

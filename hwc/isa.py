@@ -460,6 +460,8 @@ class Timing:
                padded rows streamed at a pitch of n_inner + 1, the pads of two rows sharing a column)
       VEC      busy VEC_OVERHEAD + VEC_CYCLES_PER_LINE * P
       FILL     busy FILL_OVERHEAD + rows * count
+    A PPU.dw right after a PPU.dw needs POST free only up to PPU_DW_DRAIN cycles before the end of the one
+    before it (its second pipe draining); every other POST instruction (and every wait for POST) needs POST idle.
     """
 
     N: int                   # array size
@@ -476,6 +478,7 @@ class Timing:
     PPU_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 2: PARAM reads, prepare, ACC reads, pipe, write
     PPU_DW_OVERHEAD: int     # PPU_OVERHEAD + DW_POST_STAGES + POST_PIPE_STAGES: the stage and its second pipe (the
                              # two more entries are read while the PPU streams)
+    PPU_DW_DRAIN: int        # the last cycles of a PPU.dw a next PPU.dw may issue in: its second pipe draining
     VEC_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 1: as the PPU, the last write is in the last frame
     VEC_CYCLES_PER_LINE: int  # read a, read b, write: the single compute ACT port
     FILL_OVERHEAD: int       # 1 + WL: one write request per cycle from issue + 1, performed WL later
@@ -500,6 +503,7 @@ class Timing:
                    GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
                    PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
                    PPU_DW_OVERHEAD=peb + 2 * ml + wl + 2 * POST_PIPE_STAGES + DW_POST_STAGES + 2,
+                   PPU_DW_DRAIN=POST_PIPE_STAGES + wl,
                    VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,
                    VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=1 + wl,
                    IDLE_LAG=IDLE_LAG)

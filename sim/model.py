@@ -242,6 +242,7 @@ class TileModel:
         if self.post_unit:
             busy["post"] = _Busy()
         load_end = store_end = act_load_end = cmp_end = gemm_accept = stream_end = post_end = 0
+        post_dw = False   # the last POST instruction was a PPU.dw (a next PPU.dw may overlap its drain)
         # v2, PPU.lag = k: the end of every GEMM but the k most recently issued ones, i.e. cmp_end just before
         # the k-th most recent GEMM's issue (older[-k]; 0 while fewer GEMMs have issued)
         older = [0] * isa.PPU_MAX_LAG
@@ -316,7 +317,9 @@ class TileModel:
                     self._gemm(f)
                 stats["macs"] += p * n * n
             elif op in (Op.PPU, Op.VEC, Op.FILL):
-                ti = (max(ti, post_end + lag, act_load_end + lag, store_end + lag) if self.post_unit
+                dw = op == Op.PPU and f["dw"]
+                free = post_end - (t.PPU_DW_DRAIN if dw and post_dw else 0)
+                ti = (max(ti, free + lag, act_load_end + lag, store_end + lag) if self.post_unit
                       else max(ti, cmp_end + lag))
                 if op == Op.PPU and f["lag"] and self.post_unit:
                     ti = max(ti, older[-f["lag"]] + lag)
@@ -335,7 +338,7 @@ class TileModel:
                         self.act[idx] = np.int8(np.uint8(f["value"]).view(np.int8))
                 start = ti
                 if self.post_unit:
-                    post_end = end
+                    post_end, post_dw = end, dw
                     busy["post"].add(ti + 1, end)
                 else:
                     cmp_end = gemm_accept = end

@@ -154,6 +154,8 @@ class Codegen:
         # (the PPU waits for the GEMM before them to complete, the next one then preloads)
         self._lag_cover = t.GEMM_LATENCY + t.IDLE_LAG + 1 + t.PRELOAD + t.GEMM_SETUP
         self._post_writes = None      # v2: lines the last POST instruction writes (None: nothing pending)
+        self._post_before = None      # v2: the one's before it, when both are PPU.dw (its drain overlaps the last)
+        self._last_dw = None          # v2: the last POST instruction when it is a PPU.dw (its Emitted)
         self._acc_slot = 0   # v2: the accumulator slot of the next pixel tile (`_next_acc`)
         self._later_post = None       # v2: a PPU (and fused add) to emit behind the next GEMM, with PPU.lag
         self._later_region = None     # v2: what that PPU writes, when it is the previous layer's (None: this one's)
@@ -170,7 +172,8 @@ class Codegen:
         # v2: the accumulators in three slots, taken in turn by consecutive pixel tiles, when every output row fits
         # a third (else two). A tile's PPU is emitted at the latest among the next tile's GEMMs, and POST runs one
         # instruction at a time in program order: so when tile t+3's first GEMM issues, PPU t+1 has issued and
-        # PPU t, which read the slot that GEMM writes, has finished. With two slots the first GEMM of every tile
+        # PPU t, which read the slot that GEMM writes, has finished (or, a PPU.dw behind a PPU.dw, read it
+        # all). With two slots the first GEMM of every tile
         # waits for POST instead (the lag PPU two tiles back reads its slot): ResNet-8 201,293 -> 200,348 cycles
         # on tile8x8, 17,398 -> 17,126 on tile32x32; DS-CNN tile32x32 5,346 -> 5,234; MobileNet tile32x32 26,319
         # -> 26,065 (tile8x8 134,701 -> 134,826: its smaller tiles).
@@ -365,8 +368,11 @@ class Codegen:
         if self.post_unit:
             # v2 hazards (docs/tile-v2.md): a PPU reads accumulators GEMMs write, a FILL may overwrite
             # lines in-flight GEMMs still read: both wait for COMPUTE. A GEMM waits for POST only when it
-            # reads lines the last POST instruction writes: that one is the only POST work possibly in
-            # flight (when a POST instruction issues, every earlier one has finished).
+            # reads lines the last POST instruction writes: that one is the only POST work possibly in flight
+            # (when a POST instruction issues, every earlier one has finished), but for a PPU.dw after a PPU.dw,
+            # which may issue while the one before drains its second pipe: a GEMM reading what that one writes
+            # makes the PPU.dw after it wait for POST instead (waiting itself, it would wait for both; MobileNetV1-0.25
+            # tile32x32 12,106 cycles against 11,xxx).
             if opcode == Op.FILL or (opcode == Op.PPU and not fields.get("lag")):
                 wait |= Wait.COMPUTE
             if opcode == Op.GEMM:
@@ -375,11 +381,16 @@ class Codegen:
                 self.flush_fills(g)
             elif opcode == Op.PPU:
                 self._next_input_fills(g)
+            if opcode == Op.GEMM and _overlaps(region, self._post_before):
+                self._last_dw.wait |= Wait.POST
+                self._post_before = None
             if opcode == Op.GEMM and _overlaps(region, self._post_writes):
                 wait |= Wait.POST
             if wait & Wait.POST:
-                self._post_writes = None
+                self._post_writes = self._post_before = None
             if opcode in (Op.PPU, Op.VEC, Op.FILL):
+                dw = bool(opcode == Op.PPU and fields.get("dw"))
+                self._post_before = self._post_writes if dw and self._last_dw is not None else None
                 self._post_writes = region if region is not None else _EVERYWHERE
             if opcode == Op.PPU and self._halo_pending is not None:
                 # The layer's output halos: this first PPU waits for COMPUTE, so every GEMM before it (the
@@ -395,6 +406,8 @@ class Codegen:
         writes = (region or _EVERYWHERE) if opcode in (Op.PPU, Op.VEC, Op.FILL) else None
         g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait, writes,
                                  region if opcode == Op.GEMM else None))
+        if self.post_unit and opcode in (Op.PPU, Op.VEC, Op.FILL):
+            self._last_dw = g.compute[-1] if opcode == Op.PPU and fields.get("dw") else None
         lines = _lines(fields)
         # the group's compute time, which the next group's LOAD must fit in: the array's (v2: the PPU and VEC run
         # beside it; counting them made groups too large to load in time: DS-CNN tile32x32 41.7 -> 43.6% without)
@@ -428,6 +441,8 @@ class Codegen:
             self._clock[0] += self._recent[-1]
             return
         start = self._clock[1]
+        if opcode == Op.PPU and fields.get("dw") and self._last_dw is not None:   # (issues while that one drains)
+            start -= t.PPU_DW_DRAIN
         if opcode == Op.PPU and fields.get("lag"):  # waits for the GEMMs before the latest `lag` ones
             start = max(start, self._clock[0] - sum(self._recent[-fields["lag"]:]) + t.GEMM_LATENCY)
         if wait & Wait.COMPUTE:  # waits for the GEMMs to drain
@@ -466,7 +481,7 @@ class Codegen:
                 self._emit_fill(g, *d[1:])
 
     def _emit_fill(self, g: Group, region, addr: int, count: int, value: int, rows: int = 1, stride: int = 0) -> None:
-        self._post_writes = region
+        self._post_writes, self._post_before, self._last_dw = region, None, None
         self._estimate(Op.FILL, {"count": rows * count})
         g.compute.append(Emitted((Op.FILL, {"addr": addr, "count": count, "value": value, "rows": rows,
                                             "stride": stride}), frozenset(),
