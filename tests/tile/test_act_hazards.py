@@ -16,7 +16,7 @@ from test_schedule import TARGETS, _random_chain
 
 from hwc import isa
 from hwc.frontend import import_onnx
-from hwc.isa import Mem, Op
+from hwc.isa import Mem, Op, Wait
 from hwc.quant.build import quantize_model
 from hwc.tile.build import build_tile
 from hwc.zoo import MODELS, random_inputs
@@ -82,6 +82,31 @@ def act_hazards(prog: list, res, act_lines: int) -> list[str]:
     return bad
 
 
+def post_hazards(prog: list, target: dict) -> list[str]:
+    """v2 (a POST unit; in v1 the PPU, VEC and FILL are the compute unit's, which runs one instruction at a time,
+    GEMMs included): GEMMs reading ACT lines that a POST instruction possibly still in flight writes, by the ISA's
+    rules alone (no timing): at a GEMM's issue the POST instructions possibly in flight are the last one issued
+    before it and, when that one is a PPU.dw right after a PPU.dw and did not wait for POST, the one before it too
+    (docs/tile-v2.md, "PPU.dw after PPU.dw"); an instruction that waits for POST (the GEMM itself included) ends
+    them all."""
+    bad, inflight = [], []   # [(instruction, lines it writes)]
+    if not target["features"]["post_unit"]:
+        return bad
+    for k, i in enumerate(prog):
+        if i.wait & Wait.POST:
+            inflight = []
+        reads, writes = _access(i)
+        if i.op == Op.GEMM:
+            bad += [f"GEMM {k} reads lines {prog[j].op.name} {j} may still write" for j, lines in inflight
+                    if np.intersect1d(reads[0], lines).size]
+        elif i.op in (Op.PPU, Op.VEC, Op.FILL):
+            dw = i.op == Op.PPU and i.get("dw")
+            behind = dw and inflight and prog[inflight[-1][0]].op == Op.PPU and prog[inflight[-1][0]].get("dw")
+            inflight = inflight[-1:] if behind else []
+            inflight.append((k, writes[0]))
+    return bad
+
+
 def _timeline(art, target):
     io = art.info["tile"]["segments"][0]
     res = TileModel(target).run(art.program, art.memory_image(), io["prog_offset"] // isa.INSN_BYTES, data=False)
@@ -100,7 +125,7 @@ def test_no_act_hazards_in_the_benchmark_models(model, target):
     art = build_tile(q, t, hdl=False)
     prog, res = _timeline(art, t)
     assert res.done
-    bad = act_hazards(prog, res, t["scratchpad"]["act_lines"])
+    bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
     assert bad == [], bad[:5]
 
 
@@ -116,7 +141,7 @@ def test_no_act_hazards_on_random_graphs(seed):
         g = _random_chain(rng, QBuilder(seed=seed * 100 + it))
         art = build_tile(g, t, hdl=False)
         prog, res = _timeline(art, t)
-        bad = act_hazards(prog, res, t["scratchpad"]["act_lines"])
+        bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
         assert bad == [], (choice, bad[:5])
 
 
@@ -135,3 +160,28 @@ def test_the_check_finds_a_gemm_that_does_not_wait_for_post(monkeypatch):
     art = build_tile(g, t, hdl=False)
     bad = act_hazards(*_timeline(art, t), t["scratchpad"]["act_lines"])
     assert any(s.startswith("GEMM") and "PPU" in s for s in bad), bad
+
+
+def test_a_ppu_dw_waits_where_a_gemm_reads_what_the_ppu_dw_before_it_writes(monkeypatch):
+    """PPU.dw after PPU.dw: where a GEMM after the second reads lines the first writes, the second waits for POST
+    (`Codegen.compute`), so that the first has finished when the GEMM issues. MobileNetV1-0.25 on tile32x32 (its 3x3
+    layers: the next layer's GEMMs read the fused layer's blocks while the last PPU.dw runs): no hazard by the ISA's
+    rules (`post_hazards`), and with the rule left out some."""
+    from hwc.tile import codegen
+
+    t = load_target("tile32x32")
+    m = MODELS["mobilenet_v1_025"]()
+    q = quantize_model(import_onnx(m), t, random_inputs(m, n=8, seed=3))
+    pin = build_tile(q, t, hdl=False).report["schedule"]
+    prog = isa.from_bytes(build_tile(q, t, hdl=False, pin=pin).program)
+    assert post_hazards(prog, t) == []
+    assert any(i.op == Op.PPU and i.get("dw") and i.wait & Wait.POST for i in prog)
+    compute = codegen.Codegen.compute
+
+    def without_the_rule(self, *a, **k):
+        self._post_before = None
+        return compute(self, *a, **k)
+
+    monkeypatch.setattr(codegen.Codegen, "compute", without_the_rule)
+    bad = post_hazards(isa.from_bytes(build_tile(q, t, hdl=False, pin=pin).program), t)
+    assert bad and all(s.startswith("GEMM") and "PPU" in s for s in bad), bad[:3]
