@@ -37,7 +37,6 @@ class FillEngine(wiring.Component):
         self.p = p
         super().__init__({
             "start": In(1), "word": In(isa.INSN_BITS), "busy": Out(1),
-            "dw_drain": Out(1),   # a PPU.dw may issue though POST is busy (PostEngine.dw_drain)
             "act_addr": Out(p.act_bits), "act_we": Out(1), "act_wdata": Out(p.line_bits),
         })
 
