@@ -68,7 +68,9 @@ class FillEngine(wiring.Component):
 
 class PostUnit(wiring.Component):
     """Tile v2: PPU/VEC (PostEngine) and FILL on one issue slot; one instruction at a time, so the
-    engines never use the ACT port or the ACC read port in the same cycle (OR-combined ports)."""
+    engines never use the ACT port or the ACC read port in the same cycle (OR-combined ports). (A PPU.dw may
+    start while the PPU.dw before it drains its second pipe, `dw_drain`: only that pipe writes ACT until the new
+    one's first result, long after the drain.)"""
 
     def __init__(self, p: TileParams):
         self.p = p
