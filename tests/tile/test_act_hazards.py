@@ -115,9 +115,8 @@ def _timeline(art, target):
 
 @pytest.mark.parametrize("model,target", [("ds_cnn", "tile8x8"), ("ds_cnn", "tile32x32"),
                                           ("mobilenet_v1_025", "tile32x32"), ("fc_autoencoder", "tile8x8"),
-                                          pytest.param("resnet8", "tile32x32", marks=pytest.mark.slow),
-                                          pytest.param("mobilenet_v1_025", "tile8x8", marks=pytest.mark.slow),
-                                          pytest.param("resnet8", "tile8x8", marks=pytest.mark.slow)])
+                                          ("resnet8", "tile32x32"), ("mobilenet_v1_025", "tile8x8"),
+                                          ("resnet8", "tile8x8")])
 def test_no_act_hazards_in_the_benchmark_models(model, target):
     t = load_target(target)
     m = MODELS[model]()
