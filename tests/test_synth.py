@@ -44,6 +44,18 @@ def test_tile8x8_v2_passes_yosys_without_errors_or_latches(tmp_path):
     assert not any("dlatch" in k.lower() for k in r["cells"])
 
 
+@pytest.mark.slow
+def test_tile8x8_with_the_depthwise_stage_passes_yosys_without_errors_or_latches(tmp_path):
+    """features.dw_post (PPU.dw, its drain overlapped by the next PPU.dw: docs/tile-v2.md), on the tile8x8
+    geometry: the same structural check (about 4 minutes)."""
+    t = tile_variant(load_target("tile8x8"), dw_post=True)
+    assert t["features"]["dw_post"]
+    generate(t, tmp_path)
+    r = yosys_check(tmp_path)
+    assert r["errors"] == 0 and r["latches"] == 0, r["log"]
+    assert not any("dlatch" in k.lower() for k in r["cells"])
+
+
 def test_wrapper_keeps_every_port(tile8):
     out, info = tile8
     write_wrapper(out)
