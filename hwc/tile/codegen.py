@@ -172,11 +172,10 @@ class Codegen:
         # v2: the accumulators in three slots, taken in turn by consecutive pixel tiles, when every output row fits
         # a third (else two). A tile's PPU is emitted at the latest among the next tile's GEMMs, and POST runs one
         # instruction at a time in program order: so when tile t+3's first GEMM issues, PPU t+1 has issued and
-        # PPU t, which read the slot that GEMM writes, has finished (or, a PPU.dw behind a PPU.dw, read it
-        # all). With two slots the first GEMM of every tile
-        # waits for POST instead (the lag PPU two tiles back reads its slot): ResNet-8 201,293 -> 200,348 cycles
-        # on tile8x8, 17,398 -> 17,126 on tile32x32; DS-CNN tile32x32 5,346 -> 5,234; MobileNet tile32x32 26,319
-        # -> 26,065 (tile8x8 134,701 -> 134,826: its smaller tiles).
+        # PPU t, which read the slot that GEMM writes, has finished (a PPU.dw behind a PPU.dw: has read it all).
+        # With two slots the first GEMM of every tile waits for POST instead (the lag PPU two tiles back reads its
+        # slot): ResNet-8 201,293 -> 200,348 cycles on tile8x8, 17,398 -> 17,126 on tile32x32; DS-CNN tile32x32
+        # 5,346 -> 5,234; MobileNet tile32x32 26,319 -> 26,065 (tile8x8 134,701 -> 134,826: its smaller tiles).
         widest = max((plan.tensors[layer.dst].w for layer in plan.layers if isinstance(layer, ConvLayer)), default=0)
         self.acc_slots = 3 if widest <= self.acc_lines // 3 else 2
         self.bank_blocks, self.param_entries = sp["wgt_bank_blocks"], sp["param_entries"]
@@ -371,8 +370,8 @@ class Codegen:
             # reads lines the last POST instruction writes: that one is the only POST work possibly in flight
             # (when a POST instruction issues, every earlier one has finished), but for a PPU.dw after a PPU.dw,
             # which may issue while the one before drains its second pipe: a GEMM reading what that one writes
-            # makes the PPU.dw after it wait for POST instead (waiting itself, it would wait for both; MobileNetV1-0.25
-            # tile32x32 12,106 cycles against 11,xxx).
+            # makes the PPU.dw after it wait for POST instead (waiting itself, it would wait for both:
+            # MobileNetV1-0.25 tile32x32 12,106 cycles against 11,942).
             if opcode == Op.FILL or (opcode == Op.PPU and not fields.get("lag")):
                 wait |= Wait.COMPUTE
             if opcode == Op.GEMM:
