@@ -106,6 +106,11 @@ def cmd_build(args) -> int:
     if "cycles" in rep:
         out.print(f"  {rep['cycles']:,} cycles ({rep['time_us_at_clock']:.1f} us at {art.target['clock_mhz']} MHz), "
                   f"MAC utilization {rep['utilization']:.1%}, weight loads {rep['weight_load_hidden']:.0%} hidden")
+    if rep.get("act_fit"):
+        from hwc.tile.bands import describe
+
+        if describe(rep["act_fit"]):
+            out.print(f"  {describe(rep['act_fit'])}; {rep['segments']} tile segments")
     for io, label in ((art.inputs, "input"), (art.outputs, "output")):
         for i in io:
             out.print(f"  {label} {i['name']}: {i['dtype']}[{_fmt_shape(i['shape'])}]")

@@ -195,8 +195,9 @@ MOBILENET_V1_BLOCKS = ((1, 64), (2, 128), (1, 128), (2, 256), (1, 256), (2, 512)
                        (1, 512), (1, 512), (1, 512), (1, 512), (1, 512), (2, 1024), (1, 1024))
 
 
-def mobilenet_v1_025(seed: int = 0, softmax: bool = True) -> onnx.ModelProto:
-    """MLPerf Tiny visual wake words: MobileNet v1, alpha 0.25, 1x3x96x96 -> 2 classes.
+def mobilenet_v1_025(seed: int = 0, softmax: bool = True, input_size: int = 96) -> onnx.ModelProto:
+    """MLPerf Tiny visual wake words: MobileNet v1, alpha 0.25, 1x3x96x96 -> 2 classes (`input_size`: another
+    square input, e.g. 224 as in ImageNet).
 
     conv3x3 stride 2 (8 filters), then the 13 depthwise-separable blocks of MobileNet v1
     (channels 16, 32, ..., 256), BN + ReLU6 (Clip 0..6) after every conv; stride-2
@@ -204,9 +205,9 @@ def mobilenet_v1_025(seed: int = 0, softmax: bool = True) -> onnx.ModelProto:
     Flatten, Gemm 2.
     """
     b = _Builder("mobilenet_v1_025", seed)
-    p0, p1 = tf_same_pads(96, 3, 2)
+    p0, p1 = tf_same_pads(input_size, 3, 2)
     x = b.relu6(b.bn(b.conv("input", 3, 8, (3, 3), stride=2, pads=(p0, p0, p1, p1)), 8))
-    cin, size = 8, 48
+    cin, size = 8, -(-input_size // 2)
     for stride, filters in MOBILENET_V1_BLOCKS:
         p0, p1 = tf_same_pads(size, 3, stride)
         x = b.relu6(b.bn(b.conv(x, cin, cin, (3, 3), stride=stride, pads=(p0, p0, p1, p1),
@@ -219,7 +220,7 @@ def mobilenet_v1_025(seed: int = 0, softmax: bool = True) -> onnx.ModelProto:
     x = b.gemm(x, cin, 2, he=False)
     if softmax:
         x = b.softmax(x)
-    return b.finish([1, 3, 96, 96], x, [1, 2])
+    return b.finish([1, 3, input_size, input_size], x, [1, 2])
 
 
 def fc_autoencoder(seed: int = 0, batch: int = 1) -> onnx.ModelProto:

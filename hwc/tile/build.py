@@ -22,6 +22,7 @@ from hwc.ir.graph import Graph
 from hwc.ir.serialize import load_graph, save_graph
 from hwc.ref.interp import run_graph, run_node
 from hwc.tile import host
+from hwc.tile.bands import fit_act
 from hwc.tile.codegen import Codegen, TileProgram
 from hwc.tile.layers import (
     TilePlan,
@@ -456,7 +457,9 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     from hwc.sim.model import TileModel
     from hwc.tile.report import merge_reports, tile_report
 
-    segments = schedule(graph, target, im2col=im2col, stack=stack, double_buffer=double_buffer, pin=pin)
+    # activations larger than ACT: the graph rewritten into row bands and cut segments (hwc.tile.bands)
+    graph, segments, fit = fit_act(graph, target, lambda g: schedule(g, target, im2col=im2col, stack=stack,
+                                                                     double_buffer=double_buffer, pin=pin))
     ios, programs, consts, reports, memory_maps = [], [], [], [], []
     for plan, prog, _ in segments:
         io = tile_io(plan, prog)
@@ -483,6 +486,7 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     report["nodes"] = len(graph.nodes)
     report["segments"] = len(segments)
     report["schedule"] = [choice for _, _, choice in segments]
+    report["act_fit"] = fit.as_report()
     memory_map = memory_maps[0] if len(memory_maps) == 1 else {
         "dram": [r for mm in memory_maps for r in mm["dram"]],
         "act": [dict(b, segment=k) for k, mm in enumerate(memory_maps) for b in mm["act"]],

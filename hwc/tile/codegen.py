@@ -38,6 +38,7 @@ from hwc import isa
 from hwc.errors import UnsupportedError
 from hwc.isa import Op, VecOp, Wait
 from hwc.lower.memplan import Interval, check_plan, lower_bound, naive_total, peak, plan_best
+from hwc.tile.bands import ActOverflow
 from hwc.tile.layers import (
     DWS_OF,
     MAX_PHASES,
@@ -582,12 +583,14 @@ class Codegen:
         need = peak(offsets, ivs)
         if need > self.act_lines:
             big = max(ivs, key=lambda iv: iv.size)
-            raise UnsupportedError(
-                f"the model's activations need {need} ACT lines at once but target {self.t['name']!r} has "
+            raise ActOverflow(
+                f"the activations need {need} ACT lines at once but target {self.t['name']!r} has "
                 f"{self.act_lines} (scratchpad.act_lines); the largest tensor {big.name!r} alone takes {big.size} "
                 f"lines ({self.tensor(big.name).cb} channel blocks x {self.tensor(big.name).hp}x"
-                f"{self.tensor(big.name).wp} padded pixels). Use a target with more act_lines; spilling activations "
-                f"to external memory is not implemented.", [big.name])
+                f"{self.tensor(big.name).wp} padded pixels). Use a target with more act_lines or a smaller input.",
+                [big.name], layers={layer.name: sum(self.tensor(x).lines for x in {*reads(layer), layer.dst}
+                                                    if x in first) for layer in self.plan.layers},
+                need=need, have=self.act_lines)
         for t, _ in self.temps:
             t.base = offsets[t.name]
         for n in first:

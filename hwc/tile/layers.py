@@ -243,9 +243,10 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
         status.append(why)
     # segments: runs of supported nodes that do real work (not only free reshapes)
     runs: list[list[int]] = []
+    cuts = set(g.metadata.get("tile_cuts", ()))   # (`hwc.tile.bands`: a segment whose activations overflow ACT)
     for i, why in enumerate(status):
         if why is None:
-            if runs and runs[-1][-1] == i - 1:
+            if runs and runs[-1][-1] == i - 1 and g.nodes[i].name not in cuts:
                 runs[-1].append(i)
             else:
                 runs.append([i])
@@ -255,6 +256,8 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
                                "reasons: " + "; ".join(f"{n.name}: {s}" for n, s in zip(g.nodes, status) if s),
                                [n.name for n in g.nodes])
     on_tile = {i for r in runs for i in r}
+    band_nodes = g.metadata.get("tile_bands", {})   # band node -> {"of": the node it is a band of, "bands": count}
+    bands_of = {v: band_nodes[n.name] for n in g.nodes if n.name in band_nodes for v in n.inputs + n.outputs}
     decisions = []
     for i, n in enumerate(g.nodes):
         if i in on_tile:
@@ -262,6 +265,11 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
             decisions.append({"node": n.name, "op": n.op, "where": "tile", "segment": seg, "why": ""})
         else:
             why = status[i] or "outside the tile segments (model input/output side)"
+            band = next((b for b in n.inputs + n.outputs if b in bands_of), None)
+            if n.op in ("Slice", "Concat") and band is not None:
+                of = bands_of[band]
+                why = (f"row bands of {of['of']!r} ({of['bands']} bands: its activations do not fit ACT whole); the "
+                       f"host copies the rows")
             decisions.append({"node": n.name, "op": n.op, "where": "host", "why": why})
     plans = []
     prev_end = 0

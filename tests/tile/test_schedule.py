@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from qgraphs import QBuilder
 
-from hwc.errors import TargetError, UnsupportedError, UserError
+from hwc.errors import TargetError, UserError
 from hwc.ir import verify
 from hwc.ref.interp import run_graph
 from hwc.tile.build import build_tile, schedule
@@ -142,15 +142,6 @@ def test_double_buffered_weight_loads_are_hidden():
     rep = art.report
     assert rep["weight_load_cycles"] > 0
     assert rep["weight_load_hidden"] >= 0.9, rep["weight_load_hidden"]
-
-
-def test_activations_too_large_for_the_scratchpad():
-    b = QBuilder()
-    x = b.input("x", (1, 64, 64, 64), zp=0)
-    g = b.output(b.conv(b.conv(x, 64), 64))
-    with pytest.raises(UnsupportedError, match=r"need \d+ ACT lines at once but target 'tile8x8' has 16384 "
-                                               r"\(scratchpad.act_lines\); the largest tensor"):
-        build_tile(g, TARGETS["tile8x8"], hdl=False)
 
 
 def test_inconsistent_target_yaml(tmp_path):

@@ -1,0 +1,179 @@
+"""Activations larger than ACT (hwc/tile/bands.py): row bands and segment cuts. The rewritten graph must compute
+the original graph's bits (the int8 reference of the graph as given is the reference), on the tile model and
+through the RTL, and a layer that cannot fit even in one-row bands must give a clear error naming it."""
+
+import numpy as np
+import pytest
+from hwc.targets import load_target, tile_variant
+from hwc.targets.tile_schema import validate_tile
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from qgraphs import QBuilder
+
+from hwc.errors import UnsupportedError
+from hwc.ir import verify
+from hwc.ref.interp import run_graph
+from hwc.tile.bands import Fit, rewrite
+from hwc.tile.build import build_tile
+
+
+def small_act(target: dict, lines: int) -> dict:
+    """`target` with an ACT of `lines` lines."""
+    doc = {k: v for k, v in target.items() if k != "derived"}
+    doc["scratchpad"] = dict(target["scratchpad"], act_lines=lines)
+    return validate_tile(doc, f"{target['name']} (act_lines {lines})")
+
+
+T8 = tile_variant(load_target("tile8x8"), dw_post=False)
+T32 = load_target("tile32x32")
+
+
+def feeds_for(g, seed=0):
+    rng = np.random.default_rng(seed)
+    return {name: rng.integers(-128, 128, g.type(name).shape).astype(np.int8) for name in g.inputs}
+
+
+def check(g, target, **kw):
+    """Build for the tile, run the tile model, compare every output with the int8 reference of `g` (unbanded)."""
+    verify(g)
+    art = build_tile(g, target, hdl=False, **kw)
+    feeds = feeds_for(g)
+    got = art.run(feeds, engine="model")
+    want = run_graph(g, feeds)
+    for name in g.outputs:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=f"output {name}")
+    return art
+
+
+layer_cases = st.fixed_dictionaries({
+    "op": st.sampled_from(["conv", "conv", "depthwise", "maxpool", "avgpool", "add"]),
+    "c": st.integers(1, 12), "h": st.integers(1, 17), "w": st.integers(1, 6),
+    "k": st.sampled_from([1, 2, 3, 5]), "stride": st.sampled_from([1, 2, 3]), "dil": st.sampled_from([1, 1, 2]),
+    "pads": st.lists(st.integers(0, 2), min_size=4, max_size=4), "bands": st.integers(2, 9),
+})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layer_cases)
+def test_row_bands_compute_the_layers_bits(case):
+    """The rewrite alone, in the int8 reference: every banded layer kind, odd sizes, strides, pads, dilation."""
+    k, s, d = case["k"], case["stride"], case["dil"]
+    if case["op"] in ("maxpool", "avgpool"):
+        d = 1
+        case["pads"] = [min(p, k - 1) for p in case["pads"]]   # (ONNX: a pad smaller than the window)
+    span = (k - 1) * d + 1
+    b = QBuilder(seed=case["c"] * 31 + case["h"])
+    x = b.input("x", (1, case["c"], case["h"] + span, case["w"] + span), zp=-5)
+    if case["op"] == "conv":
+        y = b.conv(x, 7, k=k, stride=s, pads=case["pads"], dil=d)
+    elif case["op"] == "depthwise":
+        y = b.conv(x, case["c"], k=k, stride=s, pads=case["pads"], dil=d, group=case["c"])
+    elif case["op"] == "maxpool":
+        y = b.maxpool(x, k, s, case["pads"])
+    elif case["op"] == "avgpool":
+        y = b.avgpool(x, k, s, case["pads"])
+    else:
+        y = b.add(x, b.conv(x, case["c"], k=1))
+    g = b.output(y)
+    node = g.nodes[-1].name
+    rows = g.type(y).shape[2]
+    banded = rewrite(g, Fit(bands={node: min(case["bands"], rows)}))
+    verify(banded)
+    made = sum(n.name.startswith(f"{node}.band") and n.op == g.nodes[-1].op for n in banded.nodes)
+    # (fewer only where a band's window would be all padding: a pad of a stride or more joins it to its neighbour)
+    assert made == min(case["bands"], rows) if max(case["pads"]) < s else 1 <= made <= min(case["bands"], rows)
+    feeds = feeds_for(g, seed=case["h"])
+    np.testing.assert_array_equal(run_graph(banded, feeds)[y], run_graph(g, feeds)[y])
+
+
+def test_activations_too_large_for_act_are_built_in_row_bands():
+    """64 channels of 64x64 (8 channel blocks of 66x66 padded pixels: 34,848 lines) on tile8x8's 16,384 ACT
+    lines: both convolutions go in row bands, exact; the partition shows the host's Slice and Concat and why."""
+    b = QBuilder()
+    x = b.input("x", (1, 64, 64, 64), zp=0)
+    g = b.output(b.conv(b.conv(x, 64), 64))
+    art = check(g, T8)
+    fit = art.report["act_fit"]
+    assert set(fit["bands"]) == {n.name for n in g.nodes} and fit["cuts"] == [], fit
+    assert art.report["segments"] == sum(fit["bands"].values())
+    hosted = [d for d in art.report["partition"] if d["where"] == "host" and d["op"] in ("Slice", "Concat")]
+    assert hosted and all("row bands of" in d["why"] and "do not fit ACT whole" in d["why"] for d in hosted)
+    assert art.report["memory"]["act_lines_used"] <= 16384
+
+
+def test_live_activations_too_large_for_act_cut_the_segment():
+    """Eight 1x1 branches of one input summed up: every layer fits a 2,048-line ACT, all the branches alive at once
+    do not (9 tensors of 256 lines and the sums): the segment is cut (the branches go out and come back in)."""
+    target = small_act(T8, 2048)
+    b = QBuilder(seed=4)
+    x = b.input("x", (1, 8, 16, 16), zp=3)
+    branches = [b.conv(x, 8, k=1, pads=[0] * 4) for _ in range(8)]
+    y = branches[0]
+    for z in branches[1:]:
+        y = b.add(y, z)
+    g = b.output(y)
+    art = check(g, target)
+    fit = art.report["act_fit"]
+    assert fit["cuts"] and not fit["bands"], fit
+    assert art.report["segments"] == len(fit["cuts"]) + 1
+
+
+def test_a_layer_too_large_even_in_one_row_bands_is_a_clear_error():
+    """A row of 2,100 pixels of 64 channels: one output row's band needs 3 input rows x 2,102 x 8 blocks."""
+    b = QBuilder()
+    x = b.input("x", (1, 64, 4, 2100), zp=0)
+    g = b.output(b.conv(x, 64))
+    with pytest.raises(UnsupportedError, match=r"layer 'qconv' \(QConv, output \[1, 64, 4, 2100\]\) does not fit "
+                                               r"ACT even in row bands of one output row each: .*need \d+ ACT lines"):
+        build_tile(g, T8, hdl=False)
+
+
+def test_a_global_pool_over_an_input_larger_than_act_is_a_clear_error():
+    b = QBuilder()
+    x = b.input("x", (1, 8, 96, 96), zp=0)
+    g = b.output(b.gap(x))
+    with pytest.raises(UnsupportedError, match=r"layer 'qglobalavgpool' \(QGlobalAvgPool\) does not fit ACT and "
+                                               r"cannot be split into row bands"):
+        build_tile(g, small_act(T8, 4096), hdl=False)
+
+
+def test_mobilenet_at_160_pixels_on_tile8x8():
+    """The benchmark MobileNetV1-0.25 at 160x160 (its 96x96 fits tile8x8 whole): the first layers in bands on
+    tile8x8, exact against the int8 reference of the same int8 graph unbanded (tile32x32's build: it fits whole)."""
+    import hwc
+    from hwc import zoo
+
+    m = zoo.mobilenet_v1_025(input_size=160, softmax=False)
+    calib = zoo.random_inputs(m, n=4, seed=3)
+    art = hwc.build(m, target="tile8x8", calib=calib, hdl=False)
+    whole = hwc.build(m, target="tile32x32", calib=calib, hdl=False)
+    assert art.report["act_fit"]["bands"] and not whole.report["act_fit"]["bands"]
+    assert not any(n.op == "Slice" for n in whole.graph.nodes)
+    feeds = {k: v[0] for k, v in zoo.random_inputs(m, n=1, seed=9).items()}
+    got = art.run(feeds, engine="model")["output"]
+    np.testing.assert_array_equal(got, whole.run(feeds, engine="reference")["output"])
+
+
+@pytest.mark.parametrize("target, lines", [(T8, 1024), (T32, 512)], ids=["tile8x8", "tile32x32"])
+def test_row_bands_through_the_rtl(target, lines):
+    """A small CNN on a tile with a small ACT (the RTL's too): every layer in row bands; the RTL's outputs and
+    cycles equal the model's, whose outputs equal the int8 reference's."""
+    t = small_act(target, lines)
+    b = QBuilder(seed=8)
+    x = b.input("x", (1, 6, 30, 22), zp=-3)
+    y = b.conv(x, 16, relu=True)
+    y = b.conv(y, 16, k=3, group=16, stride=2)
+    y = b.conv(y, 24, k=1, pads=[0] * 4)
+    g = b.output(b.maxpool(y))
+    verify(g)
+    art = build_tile(g, t, hdl=True)
+    assert art.report["act_fit"]["bands"], art.report["act_fit"]
+    feeds = feeds_for(g, seed=2)
+    want = run_graph(g, feeds)
+    got = art.run(feeds, engine="model")
+    cycles = art.last_run["cycles"]
+    rtl = art.run(feeds, engine="rtl")
+    for name in g.outputs:
+        np.testing.assert_array_equal(got[name], want[name])
+        np.testing.assert_array_equal(rtl[name], want[name])
+    assert art.last_run["cycles"] == cycles == art.report["cycles"]
