@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from hwc.errors import UnsupportedError
 from hwc.ir.graph import Graph, QuantParams
 
@@ -34,8 +36,13 @@ from hwc.ir.graph import Graph, QuantParams
 #: stacking and alignment the scheduler picks; a band that still overflows doubles the band count).
 BAND_SHARE = 0.8
 
-#: Node ops a row band can split: windows over the rows (convolution, pooling) and element-wise ops.
+#: Node ops a row band can split: windows over the rows (convolution, pooling) and element-wise ops; all but QAdd
+#: (two inputs) also in chains of several (`band_chain`).
 BANDABLE = ("QConv", "QAvgPool", "MaxPool", "QRequant", "QAdd")
+CHAINABLE = ("QConv", "QAvgPool", "MaxPool", "QRequant")
+
+#: A chain of layers grows while its bands compute at most this share of its MACs twice (halo rows).
+MAX_RECOMPUTE = 0.1
 
 #: At most this many rewrites of one model (each reschedules it).
 MAX_ROUNDS = 24
@@ -57,13 +64,19 @@ class ActOverflow(UnsupportedError):
 
 @dataclass
 class Fit:
-    """What `fit_act` did: band counts of the split layers and the cut points (nodes starting a segment)."""
+    """What `fit_act` did: band counts of the split chains of layers (keyed by their first layer; `chains` names the
+    layers of each) and the cut points (nodes starting a segment)."""
 
     bands: dict[str, int] = field(default_factory=dict)
+    chains: dict[str, list[str]] = field(default_factory=dict)
     cuts: list[str] = field(default_factory=list)
 
     def as_report(self) -> dict:
-        return {"bands": dict(sorted(self.bands.items())), "cuts": list(self.cuts)}
+        return {"bands": {_label(self.chains[k]): v for k, v in sorted(self.bands.items())}, "cuts": list(self.cuts)}
+
+
+def _label(chain: list[str]) -> str:
+    return chain[0] if len(chain) == 1 else f"{chain[0]}..{chain[-1]}"
 
 
 def describe(act_fit: dict | None) -> str | None:
@@ -110,65 +123,107 @@ def footprint(g: Graph, node, n: int) -> int:
     return total + _lines(g.type(node.outputs[0]).shape, n, (1, 1, 1, 1))
 
 
-def band_node(g: Graph, name: str, bands: int) -> list[str]:
-    """Replace node `name` by `bands` row bands: Slice(s) -> the node on the band -> Concat. Returns the band nodes'
-    names. The graph keeps the node's output name (its consumers and the graph outputs are unchanged)."""
-    node = next(nd for nd in g.nodes if nd.name == name)
-    at = g.node_index(node)
-    out = node.outputs[0]
-    oshape = g.type(out).shape
-    ho = oshape[2]
-    kh, sh, dh, pt, _ = _window(g, node)
-    data_in = [0, 1] if node.op == "QAdd" else [0]
-    h_in = g.type(node.inputs[0]).shape[2]
-    def reads(y0, y1):   # the input rows output rows [y0, y1) read, and the pads above and below them
+def _band_rows(g: Graph, nodes: list, bands: int) -> list[list[tuple]]:
+    """Per band, per node of the chain: (its output rows, its input rows, top pad, bottom pad). Bands split the last
+    node's output rows evenly; each node computes the rows the next one reads (rows past the tensor's edges are the
+    next one's pads)."""
+    ho = g.type(nodes[-1].outputs[0]).shape[2]
+
+    def reads(node, y0, y1):   # the input rows output rows [y0, y1) read, and the pads above and below them
+        kh, sh, dh, pt, _ = _window(g, node)
+        h_in = g.type(node.inputs[0]).shape[2]
         i0, i1 = y0 * sh - pt, (y1 - 1) * sh - pt + (kh - 1) * dh + 1
         return max(0, i0), min(h_in, i1), max(0, -i0), max(0, i1 - h_in)
 
+    def ranges(y0, y1):   # None: a node reads no real row (its window is all padding)
+        out = []
+        for node in reversed(nodes):
+            i0, i1, top, bottom = reads(node, y0, y1)
+            if i1 <= i0:
+                return None
+            out.append(((y0, y1), (i0, i1), top, bottom))
+            y0, y1 = i0, i1
+        return out[::-1]
+
     cuts = [0]
     for y in sorted({round(b * ho / bands) for b in range(1, bands + 1)}):
-        i0, i1, _, _ = reads(cuts[-1], y)
-        if i1 > i0:   # (a band whose window is all padding, from a pad of a stride or more, joins the next)
-            cuts.append(y)
+        if ranges(cuts[-1], y) is not None:   # (a band whose window is all padding, from a pad of a stride or
+            cuts.append(y)                    # more, joins the next)
     if cuts[-1] != ho:   # (or the one before, at the bottom)
         cuts[-1:] = [ho] if len(cuts) > 1 else [0, ho]
-    g.nodes.remove(node)
+    return [ranges(cuts[b], cuts[b + 1]) for b in range(len(cuts) - 1)]
+
+
+def _macs(g: Graph, node) -> int:
+    """A node's MACs as the tile layers count them (a QConv's; pooling and adds: 0)."""
+    if node.op != "QConv":
+        return 0
+    return int(np.prod(g.type(node.outputs[0]).shape)) * int(np.prod(g.const(node.inputs[1]).shape[1:]))
+
+
+def _recompute(g: Graph, nodes: list, bands: int) -> float:
+    """The share of a chain's MACs its bands compute twice (the halo rows of all but its last node)."""
+    total = sum(_macs(g, nd) for nd in nodes)
+    if not total:
+        return 0.0
+    rows = [sum(r[k][0][1] - r[k][0][0] for r in _band_rows(g, nodes, bands)) for k in range(len(nodes))]
+    extra = sum(_macs(g, nd) * (rows[k] / g.type(nd.outputs[0]).shape[2] - 1) for k, nd in enumerate(nodes))
+    return extra / total
+
+
+def band_chain(g: Graph, names: list[str], bands: int) -> list[str]:
+    """Replace the chain of nodes `names` (each reading the one before's output, which nothing else reads) by
+    `bands` row bands of its last node's output: per band, Slice(s) of the chain's input -> each node over the rows
+    the next one needs (a 3x3 stride-1 node two more than the next; rows past the tensor's edges are the next
+    node's pads) -> Concat of the last node's bands. Returns the band nodes' names. The graph keeps the last node's
+    output name (its consumers and the graph outputs are unchanged); the chain's other outputs go."""
+    nodes = [next(nd for nd in g.nodes if nd.name == name) for name in names]
+    at = g.node_index(nodes[0])
+    out = nodes[-1].outputs[0]
+    data_in = [0, 1] if nodes[0].op == "QAdd" else [0]
+
+    plan = _band_rows(g, nodes, bands)
+    for node in nodes:
+        g.nodes.remove(node)
     new, parts = [], []
-    for b in range(len(cuts) - 1):
-        y0, y1 = cuts[b], cuts[b + 1]
-        i0, i1, top, bottom = reads(y0, y1)
-        inputs = list(node.inputs)
-        for k in data_in:
-            src = node.inputs[k]
-            shape = g.type(src).shape
-            sl = g.make_node("Slice", [src], {"starts": [0, 0, i0, 0], "ends": [shape[0], shape[1], i1, shape[3]],
-                                              "steps": [1, 1, 1, 1]},
-                             name=g.fresh(f"{name}.band{b}.in{k}"), index=at + len(new))
-            g.values[sl.outputs[0]].quant = _copy_quant(g.values[src].quant)
-            inputs[k] = sl.outputs[0]
-            new.append(sl)
-        attrs = dict(node.attrs)
-        if "pads" in attrs:
-            p = list(attrs["pads"])
-            attrs["pads"] = [top, p[1], bottom, p[3]]
-        bn = g.make_node(node.op, inputs, attrs, name=g.fresh(f"{name}.band{b}"), index=at + len(new))
-        if g.type(bn.outputs[0]).shape[2] != y1 - y0:
-            raise AssertionError(f"band {b} of {name}: {g.type(bn.outputs[0]).shape} rows != {y1 - y0}")
-        g.values[bn.outputs[0]].quant = _copy_quant(g.values[out].quant)
-        new.append(bn)
-        parts.append(bn.outputs[0])
-    cat = g.make_node("Concat", parts, {"axis": 2}, name=g.fresh(f"{name}.bands"), outputs=[g.fresh(out + ".cat")],
-                      index=at + len(new))
-    # the Concat writes the node's old output name: rename its fresh output back
-    tmp = cat.outputs[0]
-    v = g.values.pop(tmp)
-    quant = g.values[out].quant
-    del g.values[out]
-    v.name = out
-    v.quant = quant
+    for b, band in enumerate(plan):
+        prev = None
+        for k, (node, (rows, (i0, i1), top, bottom)) in enumerate(zip(nodes, band)):
+            inputs = list(node.inputs)
+            if k:
+                inputs[0] = prev
+            else:
+                for j in data_in:
+                    src = node.inputs[j]
+                    shape = g.type(src).shape
+                    sl = g.make_node("Slice", [src], {"starts": [0, 0, i0, 0], "ends": [shape[0], shape[1], i1,
+                                                                                         shape[3]],
+                                                      "steps": [1, 1, 1, 1]},
+                                     name=g.fresh(f"{names[0]}.band{b}.in{j}"), index=at + len(new))
+                    g.values[sl.outputs[0]].quant = _copy_quant(g.values[src].quant)
+                    inputs[j] = sl.outputs[0]
+                    new.append(sl)
+            attrs = dict(node.attrs)
+            if "pads" in attrs:
+                p = list(attrs["pads"])
+                attrs["pads"] = [top, p[1], bottom, p[3]]
+            bn = g.make_node(node.op, inputs, attrs, name=g.fresh(f"{node.name}.band{b}"), index=at + len(new))
+            if g.type(bn.outputs[0]).shape[2] != rows[1] - rows[0]:
+                raise AssertionError(f"band {b} of {node.name}: {g.type(bn.outputs[0]).shape} != rows {rows}")
+            g.values[bn.outputs[0]].quant = _copy_quant(g.values[node.outputs[0]].quant)
+            new.append(bn)
+            prev = bn.outputs[0]
+        parts.append(prev)
+    for node in nodes[:-1]:
+        del g.values[node.outputs[0]]
+    cat = g.make_node("Concat", parts, {"axis": 2}, name=g.fresh(f"{names[-1]}.bands"),
+                      outputs=[g.fresh(out + ".cat")], index=at + len(new))
+    # the Concat writes the last node's old output name: rename its fresh output back
+    v = g.values.pop(cat.outputs[0])
+    v.name, v.quant = out, g.values[out].quant
     g.values[out] = v
     cat.outputs[0] = out
-    return [nd.name for nd in new if nd.op == node.op]
+    return [nd.name for nd in new if nd.op != "Slice"]
 
 
 def _copy_quant(q: QuantParams | None) -> QuantParams | None:
@@ -178,13 +233,64 @@ def _copy_quant(q: QuantParams | None) -> QuantParams | None:
 def rewrite(g: Graph, fit: Fit) -> Graph:
     """A copy of the int8 graph with `fit`'s bands and cuts applied (g is not changed)."""
     g = g.copy()
-    why = {}
-    for name, k in sorted(fit.bands.items()):
-        for b in band_node(g, name, k):
-            why[b] = name
+    of = {}
+    for head, k in sorted(fit.bands.items()):
+        for b in band_chain(g, fit.chains[head], k):
+            of[b] = head
     g.metadata["tile_cuts"] = list(fit.cuts)
-    g.metadata["tile_bands"] = {b: {"of": of, "bands": fit.bands[of]} for b, of in why.items()}
+    g.metadata["tile_chains"] = {h: list(fit.chains[h]) for h in fit.bands}
+    g.metadata["tile_bands"] = {b: {"of": _label(fit.chains[h]), "head": h, "bands": fit.bands[h]}
+                                for b, h in of.items()}
     return g
+
+
+def recomputed_macs(g: Graph, banded: Graph) -> int:
+    """MACs the bands compute more than the layers they split: the halo rows a chain's earlier layers compute for
+    two bands, less the rows nothing reads (a stride-2 layer's last odd row), which bands do not compute. The
+    model's MACs, which utilization counts, are the unbanded graph's."""
+    bands = banded.metadata.get("tile_bands", {})
+    chains = {x for h in {v["head"] for v in bands.values()} for x in banded.metadata["tile_chains"][h]}
+    return (sum(_macs(banded, nd) for nd in banded.nodes if nd.name in bands)
+            - sum(_macs(g, nd) for nd in g.nodes if nd.name in chains))
+
+
+def _chain(g: Graph, big: str, sizes: dict[str, int], room: int) -> list[str]:
+    """The chain of layers to band around layer `big`: the layers before and after it, in the same segment, that each
+    read only the one before (which nothing else reads) and are large too (each reads and writes more than half of
+    `room`): computed band by band together, they stay in one segment (a convolution and the depthwise layer after
+    it keep PPU.dw) and only the chain's input and output go through the host."""
+    nodes = {nd.name: nd for nd in g.nodes}
+    producer = {o: nd for nd in g.nodes for o in nd.outputs}
+    consumers = g.consumers()
+
+    def linked(a, b):   # b reads a's output only as its data input, and nothing else reads it
+        out = a.outputs[0]
+        return (b.op in CHAINABLE and a.op in CHAINABLE and b.inputs[0] == out and out not in g.outputs
+                and len(consumers.get(out, [])) == 1)
+
+    def joins(x, after):   # a large layer, or a depthwise one after the chain (PPU.dw computes it with the conv)
+        nd = nodes[x]
+        dw = nd.op == "QConv" and nd.attrs["group"] > 1 and nd.attrs["group"] == g.type(nd.inputs[0]).shape[1]
+        return x in sizes and (sizes[x] > room // 2 or (after and dw))
+
+    def cheap(chain):   # its bands compute few rows twice
+        k = max(2, -(-max(sizes[x] for x in chain) // room))
+        return _recompute(g, [nodes[x] for x in chain], k) <= MAX_RECOMPUTE
+
+    chain = [big]
+    if nodes[big].op not in CHAINABLE:
+        return chain
+    while True:
+        nxt = consumers.get(nodes[chain[-1]].outputs[0], [])
+        if len(nxt) == 1 and joins(nxt[0].name, True) and linked(nodes[chain[-1]], nxt[0]) \
+                and cheap(chain + [nxt[0].name]):
+            chain.append(nxt[0].name)
+            continue
+        prv = producer.get(nodes[chain[0]].inputs[0])
+        if prv is not None and joins(prv.name, False) and linked(prv, nodes[chain[0]]) and cheap([prv.name] + chain):
+            chain.insert(0, prv.name)
+            continue
+        return chain
 
 
 def fit_act(g: Graph, target: dict, schedule):
@@ -202,15 +308,19 @@ def fit_act(g: Graph, target: dict, schedule):
         nodes = {nd.name: nd for nd in cur.nodes}
         band_nodes = cur.metadata.get("tile_bands", {})
         sizes = {x: v for x, v in err.layers.items() if x in nodes}
-        if len(sizes) == 1 and next(iter(sizes)) in band_nodes:   # a band alone overflows: more bands
-            orig = band_nodes[next(iter(sizes))]["of"]
-            k = fit.bands[orig]
-            fit.bands[orig] = _more_bands(g, fit, orig, max(k + 1, -(-k * err.need // room)), err)
+        heads = {band_nodes[x]["head"] for x in sizes if x in band_nodes}
+        if heads:   # a band of a chain overflows alone: more bands
+            (head,) = heads
+            k = fit.bands[head]
+            fit.bands[head] = _more_bands(g, fit, head, max(k + 1, -(-k * err.need // room)), err)
         else:
-            cands = {x: v for x, v in sizes.items() if nodes[x].op in BANDABLE and x not in band_nodes}
+            cands = {x: v for x, v in sizes.items() if nodes[x].op in BANDABLE}
             big = max(cands, key=lambda x: (cands[x], x), default=None)
             if big is not None and (len(sizes) == 1 or cands[big] > room // 2):
-                fit.bands[big] = _more_bands(g, fit, big, max(2, -(-cands[big] // room)), err)
+                chain = _chain(cur, big, sizes, room)
+                fit.chains[chain[0]] = chain
+                fit.bands[chain[0]] = _more_bands(g, fit, chain[0], max(2, -(-max(sizes[x] for x in chain) // room)),
+                                                  err)
             elif len(sizes) >= 2:
                 fit.cuts.append(list(sizes)[len(sizes) // 2])
             else:
@@ -222,13 +332,15 @@ def fit_act(g: Graph, target: dict, schedule):
     raise err
 
 
-def _more_bands(g: Graph, fit: Fit, name: str, k: int, err: ActOverflow) -> int:
-    """k bands of node `name` (at most one per output row), or the clear error when it has as many already."""
-    node = next(nd for nd in g.nodes if nd.name == name)
-    shape = g.type(node.outputs[0]).shape
+def _more_bands(g: Graph, fit: Fit, head: str, k: int, err: ActOverflow) -> int:
+    """k bands of the chain starting at node `head` (at most one per output row), or the clear error when it has as
+    many already."""
+    last = next(nd for nd in g.nodes if nd.name == fit.chains[head][-1])
+    shape = g.type(last.outputs[0]).shape
     rows = shape[2] if len(shape) == 4 else 1
-    if fit.bands.get(name, 1) >= rows:
-        raise UnsupportedError(
-            f"layer {name!r} ({node.op}, output {list(shape)}) does not fit ACT even in row bands of one output row"
-            f" each: {err}", [name]) from err
+    if fit.bands.get(head, 1) >= rows:
+        what = (f"layer {head!r} ({last.op}, output {list(shape)})" if len(fit.chains[head]) == 1 else
+                f"the layers {_label(fit.chains[head])!r} (output {list(shape)})")
+        raise UnsupportedError(f"{what} do{'es' * (len(fit.chains[head]) == 1)} not fit ACT even in row bands of one "
+                               f"output row each: {err}", [head]) from err
     return min(k, rows)

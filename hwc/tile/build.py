@@ -22,7 +22,7 @@ from hwc.ir.graph import Graph
 from hwc.ir.serialize import load_graph, save_graph
 from hwc.ref.interp import run_graph, run_node
 from hwc.tile import host
-from hwc.tile.bands import fit_act
+from hwc.tile.bands import fit_act, recomputed_macs
 from hwc.tile.codegen import Codegen, TileProgram
 from hwc.tile.layers import (
     TilePlan,
@@ -458,6 +458,7 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     from hwc.tile.report import merge_reports, tile_report
 
     # activations larger than ACT: the graph rewritten into row bands and cut segments (hwc.tile.bands)
+    source = graph
     graph, segments, fit = fit_act(graph, target, lambda g: schedule(g, target, im2col=im2col, stack=stack,
                                                                      double_buffer=double_buffer, pin=pin))
     ios, programs, consts, reports, memory_maps = [], [], [], [], []
@@ -487,6 +488,11 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     report["segments"] = len(segments)
     report["schedule"] = [choice for _, _, choice in segments]
     report["act_fit"] = fit.as_report()
+    extra = recomputed_macs(source, graph)
+    if extra:   # (utilization counts the model's MACs: the bands' halo rows computed twice are not the model's)
+        report["act_fit"]["macs_recomputed"] = extra
+        report["macs"] -= extra
+        report["utilization"] = report["macs"] / (target["array"]["rows"] * target["array"]["cols"] * report["cycles"])
     memory_map = memory_maps[0] if len(memory_maps) == 1 else {
         "dram": [r for mm in memory_maps for r in mm["dram"]],
         "act": [dict(b, segment=k) for k, mm in enumerate(memory_maps) for b in mm["act"]],
