@@ -9,6 +9,8 @@ from hwc.targets.tile_schema import validate_tile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from qgraphs import QBuilder
+from test_rtl_end_to_end import _rtl_equals_model_equals_reference
+from test_schedule import check_exact
 
 from hwc.errors import UnsupportedError
 from hwc.ir import verify
@@ -31,18 +33,6 @@ T32 = load_target("tile32x32")
 def feeds_for(g, seed=0):
     rng = np.random.default_rng(seed)
     return {name: rng.integers(-128, 128, g.type(name).shape).astype(np.int8) for name in g.inputs}
-
-
-def check(g, target, **kw):
-    """Build for the tile, run the tile model, compare every output with the int8 reference of `g` (unbanded)."""
-    verify(g)
-    art = build_tile(g, target, hdl=False, **kw)
-    feeds = feeds_for(g)
-    got = art.run(feeds, engine="model")
-    want = run_graph(g, feeds)
-    for name in g.outputs:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=f"output {name}")
-    return art
 
 
 layer_cases = st.fixed_dictionaries({
@@ -111,7 +101,7 @@ def test_activations_too_large_for_act_are_built_in_row_bands():
     b = QBuilder()
     x = b.input("x", (1, 64, 64, 64), zp=0)
     g = b.output(b.conv(b.conv(x, 64), 64))
-    art = check(g, T8)
+    art = check_exact(g, T8)
     fit = art.report["act_fit"]
     assert list(fit["bands"]) == ["qconv..qconv_1"] and fit["cuts"] == [], fit
     assert art.report["segments"] == fit["bands"]["qconv..qconv_1"]
@@ -137,7 +127,7 @@ def test_live_activations_too_large_for_act_cut_the_segment():
     for z in branches[1:]:
         y = b.add(y, z)
     g = b.output(y)
-    art = check(g, target)
+    art = check_exact(g, target)
     fit = art.report["act_fit"]
     assert fit["cuts"] and not fit["bands"], fit
     assert art.report["segments"] == len(fit["cuts"]) + 1
@@ -193,12 +183,4 @@ def test_row_bands_through_the_rtl(target, lines):
     verify(g)
     art = build_tile(g, t, hdl=True)
     assert any(".." in k for k in art.report["act_fit"]["bands"]), art.report["act_fit"]   # (a chain of layers)
-    feeds = feeds_for(g, seed=2)
-    want = run_graph(g, feeds)
-    got = art.run(feeds, engine="model")
-    cycles = art.last_run["cycles"]
-    rtl = art.run(feeds, engine="rtl")
-    for name in g.outputs:
-        np.testing.assert_array_equal(got[name], want[name])
-        np.testing.assert_array_equal(rtl[name], want[name])
-    assert art.last_run["cycles"] == cycles == art.report["cycles"]
+    _rtl_equals_model_equals_reference(art, g, feeds_for(g, seed=2))
