@@ -13,8 +13,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -125,11 +126,22 @@ class Artifact:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the artifact folder atomically; returns its path."""
-        dest = Path(path)
+        dest = Path(path).absolute()   # (`-o .`: the folder by its name, which can be renamed)
         if dest.exists() and not dest.is_dir():
-            raise UserError(f"Output path {str(dest)!r} exists and is not a folder; choose another -o.")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+            raise UserError(f"Output path {str(path)!r} exists and is not a folder; choose another -o.")
+        if dest.is_dir() and any(dest.iterdir()) and not (dest / "model.json").is_file():
+            raise UserError(f"Output folder {str(path)!r} exists, is not empty and is not an hwc build folder (no "
+                            f"model.json): hwc replaces a build folder whole, and will not delete other files. "
+                            f"Choose a new or empty folder for -o.")
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+        except OSError as e:
+            raise UserError(f"Cannot create the output folder {str(path)!r}: {e.strerror} ({e.filename}). Choose a "
+                            f"writable -o.") from None
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)   # (mkdtemp makes it 0700: the folder gets the usual permissions)
         try:
             self._write(tmp)
             _write_json(tmp / "model.json", self.model_json())
@@ -156,6 +168,29 @@ class Artifact:
         info = {k: v for k, v in model.items()
                 if k not in ("hwc_version", "kind", "target", "inputs", "outputs")}
         return cls(model["target"], load_graph(folder), report, info)
+
+
+def write_output(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
+    """Write a user's output file (`-o`) whole or not at all: `write(f)` fills a temporary file beside it, which
+    then replaces it. A path that cannot be written is the user's error (CLI exit 2), named."""
+    dest = Path(path).absolute()
+    if dest.is_dir():
+        raise UserError(f"Output path {str(path)!r} is a folder; give a file name for -o.")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.tmp-", dir=dest.parent)
+    except OSError as e:
+        raise UserError(f"Cannot write {str(path)!r}: {e.strerror} ({e.filename}). Choose a writable -o.") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)   # (mkstemp makes it 0600)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _write_json(path: Path, doc: Any) -> None:
@@ -187,7 +222,12 @@ def load(path: str | os.PathLike) -> Artifact:
         importlib.import_module(BACKEND_MODULES[kind])  # registers the kind's Artifact class
     if kind not in KINDS:
         raise UserError(f"{str(folder)!r} holds a {kind!r} artifact, which this hwc does not know.")
-    return KINDS[kind]._read(folder, model)
+    try:
+        return KINDS[kind]._read(folder, model)
+    except (OSError, ValueError, KeyError) as e:   # a file missing, truncated or edited
+        what = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.filename else f"{type(e).__name__}: {e}"
+        raise UserError(f"{str(folder)!r} is an incomplete or damaged hwc build folder ({what}); rebuild it with "
+                        f"`hwc build`.") from None
 
 
 @register("ref")

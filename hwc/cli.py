@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -126,9 +125,9 @@ def cmd_run(args) -> int:
     res = art.run(feeds, engine=args.engine)
     dt = time.perf_counter() - t0
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.output, "wb") as f:
-            np.savez(f, **res)
+        from hwc.artifact import write_output
+
+        write_output(args.output, lambda f: np.savez(f, **res))
     out.print(f"ran {args.artifact} ({art.target['name']}, engine {args.engine}) in {dt * 1e3:.1f} ms")
     for name, y in res.items():
         flat = y.reshape(-1)

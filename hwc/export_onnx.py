@@ -220,9 +220,10 @@ def export_onnx(g: Graph, *, custom_domain: bool = False) -> onnx.ModelProto:
 
 
 def save_onnx(g: Graph, path: str | os.PathLike, *, custom_domain: bool = False) -> onnx.ModelProto:
+    from hwc.artifact import write_output
+
     model = export_onnx(g, custom_domain=custom_domain)
-    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
-    onnx.save(model, os.fspath(path))
+    write_output(path, lambda f: f.write(model.SerializeToString()))
     return model
 
 

@@ -176,3 +176,99 @@ def test_run_missing_input_file_and_bad_folder(tmp_path, built, capsys):
     assert rc == 2 and "does not exist" in err
     rc, _, err = run_cli(capsys, "run", tmp_path, "--input", tmp_path / "none.npz")
     assert rc == 2 and "is not an hwc build folder" in err
+
+
+def test_build_never_deletes_a_folder_that_is_not_a_build(tmp_path, cnn_path, capsys):
+    """-o naming a folder with other files: refused (exit 2), the files kept; a previous build is replaced whole,
+    with the usual permissions (not mkdtemp's 0700)."""
+    import os
+
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "important.txt").write_text("precious")
+    rc, _, err = run_cli(capsys, "build", cnn_path, "--target", "ref", "-o", mine, "--input-shape", "x=1x3x8x8")
+    assert rc == 2 and "is not an hwc build folder" in err and "will not delete" in err
+    assert (mine / "important.txt").read_text() == "precious" and (mine / "sub").is_dir()
+    out = tmp_path / "out"
+    for _ in range(2):   # a build folder is replaced
+        rc, _, _ = run_cli(capsys, "build", cnn_path, "--target", "ref", "-o", out, "--input-shape", "x=1x3x8x8")
+        assert rc == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (out.stat().st_mode & 0o777) == 0o777 & ~mask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn.onnx", "mine", "out"]   # nothing left behind
+
+
+def test_build_into_the_current_folder(tmp_path, cnn_path, capsys, monkeypatch):
+    """`-o .` inside a previous build folder rebuilds it (renaming '.' itself fails)."""
+    out = tmp_path / "out"
+    assert run_cli(capsys, "build", cnn_path, "--target", "ref", "-o", out, "--input-shape", "x=1x3x8x8")[0] == 0
+    monkeypatch.chdir(out)
+    rc, _, err = run_cli(capsys, "build", cnn_path, "--target", "ref", "-o", ".", "--input-shape", "x=1x3x8x8")
+    assert rc == 0, err
+    assert (out / "model.json").is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["cnn.onnx", "out"]
+
+
+def test_unwritable_outputs_are_user_errors(tmp_path, built, cnn_path, capsys):
+    """An -o that cannot be written (under a file, a folder for a file) is exit 2 naming it, for build, run and opt;
+    nothing half-written is left."""
+    (tmp_path / "afile").write_text("x")
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    cases = [("build", cnn_path, "--target", "ref", "-o", tmp_path / "afile" / "sub", "--input-shape", "x=1x3x8x8"),
+             ("run", built, "--input", tmp_path / "x.npy", "-o", tmp_path / "afile" / "y.npz"),
+             ("run", built, "--input", tmp_path / "x.npy", "-o", tmp_path),
+             ("opt", cnn_path, "-o", tmp_path / "afile" / "m.onnx", "--input-shape", "x=1x3x8x8")]
+    for argv in cases:
+        rc, _, err = run_cli(capsys, *argv)
+        assert rc == 2 and "-o" in err and "internal error" not in err, (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "cnn.onnx", "out", "x.npy"]
+
+
+@pytest.mark.parametrize("damage", ["report.json", "graph.json", "program.bin"])
+def test_damaged_tile_build_folder(tmp_path, capsys, damage):
+    """A tile build folder with a file missing or truncated: exit 2, 'rebuild it'."""
+    from onnx_helpers import tiny_cnn as cnn
+
+    p = tmp_path / "cnn.onnx"
+    onnx.save(cnn(), p)
+    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(0).standard_normal((4, 1, 3, 8, 8)).astype(np.float32))
+    out = tmp_path / "out"
+    assert main(["build", str(p), "--target", "tile8x8", "--calib", str(tmp_path / "calib.npz"), "-o", str(out),
+                 "--no-hdl", "--input-shape", "x=1x3x8x8"]) == 0
+    capsys.readouterr()
+    f = out / damage
+    if damage == "report.json":
+        f.write_text(f.read_text()[:40])
+    else:
+        f.unlink()
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 8, 8), np.float32))
+    for cmd in (["run", out, "--input", tmp_path / "x.npy"], ["disasm", out]):
+        rc, _, err = run_cli(capsys, *cmd)
+        assert rc == 2 and "incomplete or damaged hwc build folder" in err and "rebuild" in err, (cmd, err)
+
+
+def test_tile_output_that_is_an_identity_of_the_input(tmp_path, capsys):
+    """y = Conv(x) and xo = Identity(x) on the tile: `hwc run` gives both (xo as the tile sees it: x through the
+    int8 input quantization), equal to the int8 reference."""
+    w = np.random.default_rng(1).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    m = model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+               helper.make_node("Identity", ["x"], ["xo"])],
+              [("x", F32, [1, 3, 6, 6])], [("y", F32, [1, 4, 6, 6]), ("xo", F32, [1, 3, 6, 6])], {"w": w})
+    p = tmp_path / "m.onnx"
+    onnx.save(m, p)
+    x = np.random.default_rng(2).standard_normal((8, 1, 3, 6, 6)).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", x=x)
+    np.savez(tmp_path / "x.npz", x=x[0])
+    out = tmp_path / "out"
+    assert main(["build", str(p), "--target", "tile8x8", "--calib", str(tmp_path / "calib.npz"), "-o", str(out),
+                 "--no-hdl"]) == 0
+    ys = {}
+    for engine in ("model", "reference"):
+        rc, _, err = run_cli(capsys, "run", out, "--input", tmp_path / "x.npz", "--engine", engine, "-o",
+                             tmp_path / f"{engine}.npz")
+        assert rc == 0, err
+        ys[engine] = np.load(tmp_path / f"{engine}.npz")
+    for name in ("y", "xo"):
+        np.testing.assert_array_equal(ys["model"][name], ys["reference"][name])
+    np.testing.assert_allclose(ys["model"]["xo"], x[0], atol=0.05)   # (one int8 step of the input's scale)

@@ -323,6 +323,8 @@ def tile_io(plan: TilePlan, prog: TileProgram) -> dict:
         "post": [n.name for n in plan.post],
         "inputs": [dict(desc(n, prog.inputs[n]), im2col=plan.im2col.get(n)) for n in plan.inputs],
         "outputs": [dict(desc(n, prog.outputs[n]), views=sorted(views.get(n, []))) for n in plan.outputs],
+        # every view (a free Reshape/Identity the segment holds), also of a tensor the host wrote
+        "aliases": dict(sorted(plan.aliases.items())),
         "dram_base": prog.dram_regions[0]["offset"],
         "io_end": prog.dram_bytes,
         "prog_offset": host.program_offset(prog.dram_bytes),
@@ -376,6 +378,9 @@ class TileArtifact(Artifact):
                 env[t["name"]] = y
                 for v in t["views"]:
                     env[v] = y.reshape(self.graph.type(v).shape)
+            for v, base in io.get("aliases", {}).items():   # (e.g. an output that is an Identity of an input)
+                if v not in env and base in env:
+                    env[v] = env[base].reshape(self.graph.type(v).shape)
             self._host_run(env, io["post"])
         self.last_run = {"engine": engine, "cycles": total, "seconds": time.perf_counter() - t0,
                          "segments": len(segments)}
