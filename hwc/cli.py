@@ -33,12 +33,12 @@ def parse_shape_binding(text: str) -> tuple[str, tuple[int, ...]]:
     name, sep, dims = text.rpartition("=")
     try:
         shape = tuple(int(d) for d in dims.lower().split("x"))
-        ok = sep and name and all(d >= 0 for d in shape)
+        ok = sep and name and all(d >= 1 for d in shape)
     except ValueError:
         ok = False
     if not ok:
-        raise UserError(f"--input-shape {text!r} is not of the form NAME=D1xD2x... "
-                        f"(e.g. --input-shape input=1x3x32x32).")
+        raise UserError(f"--input-shape {text!r} is not of the form NAME=D1xD2x... with every dimension at least "
+                        f"1 (e.g. --input-shape input=1x3x32x32).")
     return name, shape
 
 
@@ -132,7 +132,8 @@ def cmd_run(args) -> int:
     for name, y in res.items():
         flat = y.reshape(-1)
         head = np.array2string(flat[:6], precision=4, separator=", ")
-        out.print(f"  {name}: {y.dtype}[{_fmt_shape(y.shape)}] {head}{' ...' if flat.size > 6 else ''}")
+        out.print(f"  {name}: {y.dtype}[{_fmt_shape(y.shape)}] {head}{' ...' if flat.size > 6 else ''}",
+                  markup=False)   # ("[nan, nan]" is not a rich tag)
     if args.output:
         out.print(f"  wrote {args.output}")
     return 0

@@ -23,7 +23,9 @@ def load_named_arrays(data: str | os.PathLike | dict, names: list[str], what: st
         try:
             loaded = np.load(p, allow_pickle=False)
         except Exception as e:
-            raise InputError(f"Cannot read {what.lower()} file {str(p)!r} as .npy/.npz ({e}). Save it with "
+            # (numpy's message for a file that is neither suggests allow_pickle: not advice to pass on)
+            why = "neither an .npy nor an .npz (zip) file" if "pickle" in str(e) else str(e)
+            raise InputError(f"Cannot read {what.lower()} file {str(p)!r} as .npy/.npz ({why}). Save it with "
                              f"numpy.savez(path, **{{name: array}}), or numpy.save for a single-input model.") from None
         if isinstance(loaded, np.ndarray):
             if len(names) != 1:

@@ -145,8 +145,21 @@ def test_unbound_symbolic_dim(tmp_path, cnn_path, capsys):
 def test_bad_input_shape_flag(tmp_path, cnn_path, capsys):
     rc, _, err = run_cli(capsys, "build", cnn_path, "-o", tmp_path / "o", "--input-shape", "x=1x3xbig")
     assert rc == 2 and "is not of the form NAME=D1xD2" in err
+    rc, _, err = run_cli(capsys, "build", cnn_path, "-o", tmp_path / "o", "--input-shape", "x=0x3x8x8")
+    assert rc == 2 and "every dimension at least 1" in err
     rc, _, err = run_cli(capsys, "build", cnn_path, "-o", tmp_path / "o", "--input-shape", "z=1x3x8x8")
     assert rc == 2 and "the model's inputs are ['x']" in err
+
+
+def test_run_prints_nan_and_reads_a_non_npz_clearly(tmp_path, built, capsys):
+    """Output values print as they are (rich markup off: "[nan, nan]" was swallowed as a tag); a file that is not
+    an .npz gets hwc's advice, not numpy's allow_pickle one."""
+    np.save(tmp_path / "x.npy", np.full((1, 3, 8, 8), np.nan, np.float32))
+    rc, out, _ = run_cli(capsys, "run", built, "--input", tmp_path / "x.npy")
+    assert rc == 0 and "y: float32[1x10] [nan, nan, nan, nan, nan, nan] ..." in out, out
+    (tmp_path / "bad.npz").write_text("not a zip")
+    rc, _, err = run_cli(capsys, "run", built, "--input", tmp_path / "bad.npz")
+    assert rc == 2 and "neither an .npy nor an .npz" in err and "pickle" not in err, err
 
 
 # ---- bad run-time inputs --------------------------------------------------------------------
@@ -272,3 +285,27 @@ def test_tile_output_that_is_an_identity_of_the_input(tmp_path, capsys):
     for name in ("y", "xo"):
         np.testing.assert_array_equal(ys["model"][name], ys["reference"][name])
     np.testing.assert_allclose(ys["model"]["xo"], x[0], atol=0.05)   # (one int8 step of the input's scale)
+
+
+def test_tile_rejections_say_why_and_what_to_do(tmp_path, capsys):
+    """A model no layer of which the tile runs: exit 2, the model's node names and the real reason (a Gemm the
+    quantizer left float: why), no internal Quantize/Dequantize nodes, and what to do."""
+    rng = np.random.default_rng(0)
+    cases = {
+        "conv1d": (model([helper.make_node("Conv", ["x", "w"], ["y"])], [("x", F32, [1, 3, 16])],
+                         [("y", F32, [1, 4, 14])], {"w": rng.standard_normal((4, 3, 3)).astype(np.float32)}),
+                   [1, 3, 16], ["node 'conv'", "1-d Conv: the tile runs 2-d windows"]),
+        "gemm_t": (model([helper.make_node("Gemm", ["x", "w"], ["y"], transA=1)], [("x", F32, [8, 1])],
+                         [("y", F32, [1, 4])], {"w": rng.standard_normal((8, 4)).astype(np.float32)}),
+                   [8, 1], ["node 'gemm'", "Gemm stays float32 (transA=1"]),
+    }
+    for name, (m, shape, wants) in cases.items():
+        p = tmp_path / f"{name}.onnx"
+        onnx.save(m, p)
+        np.savez(tmp_path / "c.npz", x=rng.standard_normal((4, *shape)).astype(np.float32))
+        rc, _, err = run_cli(capsys, "build", p, "--target", "tile8x8", "--calib", tmp_path / "c.npz", "-o",
+                             tmp_path / name, "--no-hdl")
+        assert rc == 2, err
+        for want in wants + ["--target cpu"]:
+            assert want in err, (name, want, err)
+        assert "quantize" not in err.lower().replace("dequantize", "").replace("quantizer", ""), err

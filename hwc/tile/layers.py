@@ -189,12 +189,16 @@ TILE_OPS = {"QConv", "QGemm", "QAdd", "QAvgPool", "QGlobalAvgPool", "QRequant", 
 def _why_not(g: Graph, n: Node) -> str | None:
     """None when the tile can run node n, else the reason it cannot."""
     if n.op not in TILE_OPS:
+        kept = next((r for r in g.metadata.get("quant", {}).get("nodes", []) if r.get("node") == n.name
+                     and r.get("mode") == "float"), None)
+        if kept is not None:   # (the quantizer left it float: say why, not only that the tile has no float op)
+            return f"{n.op} stays float32 ({kept['reason']}) and the tile computes int8 only"
         return f"{n.op} has no tile implementation"
     t_in = g.type(n.inputs[0]) if n.inputs else None
     if t_in is not None and t_in.dtype != "int8":
         return f"input is {t_in.dtype}, the tile computes int8"
     if n.op in ("QConv", "MaxPool", "QAvgPool") and t_in.rank != 4:
-        return f"{t_in.rank - 2}-d {n.op}: the tile runs 2-d windows"
+        return f"{t_in.rank - 2}-d {n.op.removeprefix('Q')}: the tile runs 2-d windows"
     if n.op == "QAvgPool" and not n.attrs["count_include_pad"] and any(n.attrs["pads"]):
         return "AveragePool with padding and count_include_pad=0 has a per-position divisor"
     if n.op in ("MaxPool", "QAvgPool") and n.attrs["ceil_mode"]:
@@ -252,9 +256,13 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
                 runs.append([i])
     runs = [r for r in runs if any(g.nodes[i].op not in ("Reshape", "Identity") for i in r)]
     if not runs:
-        raise UnsupportedError("no node of this model can run on the tile (it needs int8 Conv/Gemm layers); "
-                               "reasons: " + "; ".join(f"{n.name}: {s}" for n, s in zip(g.nodes, status) if s),
-                               [n.name for n in g.nodes])
+        edge = ("Quantize", "Dequantize")   # (the host's int8 <-> float32 conversions at the model's edges)
+        raise UnsupportedError(
+            "no layer of this model can run on the tile, which runs int8 2-d convolutions, fully connected layers, "
+            "pooling and residual adds; why not: " + "; ".join(
+                f"node {n.name!r}: {s}" for n, s in zip(g.nodes, status) if s and n.op not in edge) +
+            ". Build it for --target cpu (which runs every op hwc supports), or change those layers.",
+            [n.name for n in g.nodes if n.op not in edge])
     on_tile = {i for r in runs for i in r}
     band_nodes = g.metadata.get("tile_bands", {})   # band node -> {"of": the node it is a band of, "bands": count}
     bands_of = {v: band_nodes[n.name] for n in g.nodes if n.name in band_nodes for v in n.inputs + n.outputs}
@@ -295,7 +303,10 @@ def _tensor(plan: TilePlan, name: str, n_lanes: int) -> TileTensor:
     elif len(shape) == 2:           # [M, K]: K channels of M pixels in a row
         c, h, w = shape[1], 1, shape[0]
     else:
-        raise UnsupportedError(f"tensor {name!r} of shape {list(shape)}: the tile stores [1,C,H,W] or [M,K]", [name])
+        raise UnsupportedError(
+            f"tensor {name!r} has shape {list(shape)}; the tile stores one image [1,C,H,W] or a matrix [M,K]. A batch "
+            f"of images runs as one inference per image: export the model with batch 1 (or bind a symbolic batch "
+            f"dimension with --input-shape NAME=1x...), or build it for --target cpu.", [name])
     t = TileTensor(name, c, h, w, zp, n_lanes, graph_shape=tuple(shape))
     plan.tensors[name] = t
     return t
