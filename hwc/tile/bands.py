@@ -70,6 +70,7 @@ class Fit:
     bands: dict[str, int] = field(default_factory=dict)
     chains: dict[str, list[str]] = field(default_factory=dict)
     cuts: list[str] = field(default_factory=list)
+    dw_post: bool = False   # the target computes a conv and the depthwise layer after it in one pass (PPU.dw)
 
     def as_report(self) -> dict:
         return {"bands": {_label(self.chains[k]): v for k, v in sorted(self.bands.items())}, "cuts": list(self.cuts)}
@@ -123,10 +124,11 @@ def footprint(g: Graph, node, n: int) -> int:
     return total + _lines(g.type(node.outputs[0]).shape, n, (1, 1, 1, 1))
 
 
-def _band_rows(g: Graph, nodes: list, bands: int) -> list[list[tuple]]:
+def _band_rows(g: Graph, nodes: list, bands: int, keep_pads: bool = False) -> list[list[tuple]]:
     """Per band, per node of the chain: (its output rows, its input rows, top pad, bottom pad). Bands split the last
     node's output rows evenly; each node computes the rows the next one reads (rows past the tensor's edges are the
-    next one's pads)."""
+    next one's pads). `keep_pads`: the last node keeps its own pads in every band (`_edge_rows`); its output rows
+    then include an extra row above and below the band's, computed with a pad for a real row (not kept)."""
     ho = g.type(nodes[-1].outputs[0]).shape[2]
 
     def reads(node, y0, y1):   # the input rows output rows [y0, y1) read, and the pads above and below them
@@ -137,11 +139,16 @@ def _band_rows(g: Graph, nodes: list, bands: int) -> list[list[tuple]]:
 
     def ranges(y0, y1):   # None: a node reads no real row (its window is all padding)
         out = []
-        for node in reversed(nodes):
-            i0, i1, top, bottom = reads(node, y0, y1)
-            if i1 <= i0:
-                return None
-            out.append(((y0, y1), (i0, i1), top, bottom))
+        for k, node in enumerate(reversed(nodes)):
+            if keep_pads and k == 0:   # (+ the rows of its output the band keeps)
+                i0, i1, top, bottom = _edge_rows(g, node, y0, y1)
+                a = max(0, y0 - 1)
+                out.append(((a, a + _rows_out(g, node, i1 - i0)), (i0, i1), top, bottom, (y0 - a, y1 - a)))
+            else:
+                i0, i1, top, bottom = reads(node, y0, y1)
+                if i1 <= i0:
+                    return None
+                out.append(((y0, y1), (i0, i1), top, bottom, None))
             y0, y1 = i0, i1
         return out[::-1]
 
@@ -154,6 +161,40 @@ def _band_rows(g: Graph, nodes: list, bands: int) -> list[list[tuple]]:
     return [ranges(cuts[b], cuts[b + 1]) for b in range(len(cuts) - 1)]
 
 
+def _ppu_dw_pair(g: Graph, nodes: list) -> bool:
+    """Does the chain end in a convolution and the 3x3 depthwise layer after it that PPU.dw computes in one pass
+    (features.dw_post; `layers.DWS_OF`: padded by one pixel at stride 1, or stride 2 TF SAME)? Its bands then keep
+    the depthwise layer's pads (`_edge_rows`)."""
+    from hwc.tile.layers import DWS_OF
+
+    if len(nodes) < 2 or nodes[-2].op != "QConv" or not _depthwise(g, nodes[-1]):
+        return False
+    a = nodes[-1].attrs
+    return g.const(nodes[-1].inputs[1]).shape[2:] == (3, 3) and (tuple(a["strides"]), tuple(a["pads"])) in DWS_OF
+
+
+def _depthwise(g: Graph, node) -> bool:
+    return (node.op == "QConv" and node.attrs["group"] > 1 and node.attrs["group"] == g.type(node.inputs[0]).shape[1]
+            == g.type(node.outputs[0]).shape[1])
+
+
+def _edge_rows(g: Graph, node, y0: int, y1: int) -> tuple[int, int, int, int]:
+    """The input rows and pads of a band [y0, y1) of `node`'s output when it keeps its own pads (PPU.dw takes a
+    depthwise layer padded as the model pads it, not a band edge without a pad row): it computes from one output row
+    above the band (a pad stands for the real rows it reads: that row is not kept), from input row that row x the
+    stride, to the input rows the band's last row reads; the rows past those are the bottom pad's."""
+    kh, sh, dh, pt, pb = _window(g, node)
+    h_in = g.type(node.inputs[0]).shape[2]
+    a = max(0, y0 - 1)
+    return a * sh, min(h_in, (y1 - 1) * sh - pt + (kh - 1) * dh + 1), pt, pb
+
+
+def _rows_out(g: Graph, node, rows_in: int) -> int:
+    """Output rows of `node` over `rows_in` input rows with its own pads."""
+    kh, sh, dh, pt, pb = _window(g, node)
+    return (rows_in + pt + pb - (kh - 1) * dh - 1) // sh + 1
+
+
 def _macs(g: Graph, node) -> int:
     """A node's MACs as the tile layers count them (a QConv's; pooling and adds: 0)."""
     if node.op != "QConv":
@@ -161,17 +202,18 @@ def _macs(g: Graph, node) -> int:
     return int(np.prod(g.type(node.outputs[0]).shape)) * int(np.prod(g.const(node.inputs[1]).shape[1:]))
 
 
-def _recompute(g: Graph, nodes: list, bands: int) -> float:
-    """The share of a chain's MACs its bands compute twice (the halo rows of all but its last node)."""
+def _recompute(g: Graph, nodes: list, bands: int, dw_post: bool = False) -> float:
+    """The share of a chain's MACs its bands compute twice (the halo rows)."""
     total = sum(_macs(g, nd) for nd in nodes)
     if not total:
         return 0.0
-    rows = [sum(r[k][0][1] - r[k][0][0] for r in _band_rows(g, nodes, bands)) for k in range(len(nodes))]
+    plan = _band_rows(g, nodes, bands, keep_pads=dw_post and _ppu_dw_pair(g, nodes))
+    rows = [sum(r[k][0][1] - r[k][0][0] for r in plan) for k in range(len(nodes))]
     extra = sum(_macs(g, nd) * (rows[k] / g.type(nd.outputs[0]).shape[2] - 1) for k, nd in enumerate(nodes))
     return extra / total
 
 
-def band_chain(g: Graph, names: list[str], bands: int) -> list[str]:
+def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False) -> list[str]:
     """Replace the chain of nodes `names` (each reading the one before's output, which nothing else reads) by
     `bands` row bands of its last node's output: per band, Slice(s) of the chain's input -> each node over the rows
     the next one needs (a 3x3 stride-1 node two more than the next; rows past the tensor's edges are the next
@@ -182,13 +224,13 @@ def band_chain(g: Graph, names: list[str], bands: int) -> list[str]:
     out = nodes[-1].outputs[0]
     data_in = [0, 1] if nodes[0].op == "QAdd" else [0]
 
-    plan = _band_rows(g, nodes, bands)
+    plan = _band_rows(g, nodes, bands, keep_pads=dw_post and _ppu_dw_pair(g, nodes))
     for node in nodes:
         g.nodes.remove(node)
     new, parts = [], []
     for b, band in enumerate(plan):
         prev = None
-        for k, (node, (rows, (i0, i1), top, bottom)) in enumerate(zip(nodes, band)):
+        for k, (node, (rows, (i0, i1), top, bottom, keep)) in enumerate(zip(nodes, band)):
             inputs = list(node.inputs)
             if k:
                 inputs[0] = prev
@@ -213,6 +255,15 @@ def band_chain(g: Graph, names: list[str], bands: int) -> list[str]:
             g.values[bn.outputs[0]].quant = _copy_quant(g.values[node.outputs[0]].quant)
             new.append(bn)
             prev = bn.outputs[0]
+            if keep is not None and keep != (0, rows[1] - rows[0]):   # (the extra rows of a node keeping its pads)
+                shape = g.type(prev).shape
+                sl = g.make_node("Slice", [prev], {"starts": [0, 0, keep[0], 0],
+                                                   "ends": [shape[0], shape[1], keep[1], shape[3]],
+                                                   "steps": [1, 1, 1, 1]},
+                                 name=g.fresh(f"{node.name}.band{b}.keep"), index=at + len(new))
+                g.values[sl.outputs[0]].quant = _copy_quant(g.values[prev].quant)
+                new.append(sl)
+                prev = sl.outputs[0]
         parts.append(prev)
     for node in nodes[:-1]:
         del g.values[node.outputs[0]]
@@ -235,7 +286,7 @@ def rewrite(g: Graph, fit: Fit) -> Graph:
     g = g.copy()
     of = {}
     for head, k in sorted(fit.bands.items()):
-        for b in band_chain(g, fit.chains[head], k):
+        for b in band_chain(g, fit.chains[head], k, fit.dw_post):
             of[b] = head
     g.metadata["tile_cuts"] = list(fit.cuts)
     g.metadata["tile_chains"] = {h: list(fit.chains[h]) for h in fit.bands}
@@ -254,7 +305,7 @@ def recomputed_macs(g: Graph, banded: Graph) -> int:
             - sum(_macs(g, nd) for nd in g.nodes if nd.name in chains))
 
 
-def _chain(g: Graph, big: str, sizes: dict[str, int], room: int) -> list[str]:
+def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool = False) -> list[str]:
     """The chain of layers to band around layer `big`: the layers before and after it, in the same segment, that each
     read only the one before (which nothing else reads) and are large too (each reads and writes more than half of
     `room`): computed band by band together, they stay in one segment (a convolution and the depthwise layer after
@@ -275,13 +326,15 @@ def _chain(g: Graph, big: str, sizes: dict[str, int], room: int) -> list[str]:
 
     def cheap(chain):   # its bands compute few rows twice
         k = max(2, -(-max(sizes[x] for x in chain) // room))
-        return _recompute(g, [nodes[x] for x in chain], k) <= MAX_RECOMPUTE
+        return _recompute(g, [nodes[x] for x in chain], k, dw_post) <= MAX_RECOMPUTE
 
     chain = [big]
     if nodes[big].op not in CHAINABLE:
         return chain
     while True:
         nxt = consumers.get(nodes[chain[-1]].outputs[0], [])
+        if dw_post and _ppu_dw_pair(g, [nodes[x] for x in chain]):
+            nxt = []   # (it ends at a PPU.dw pair: only there can the depthwise layer keep its pads)
         if len(nxt) == 1 and joins(nxt[0].name, True) and linked(nodes[chain[-1]], nxt[0]) \
                 and cheap(chain + [nxt[0].name]):
             chain.append(nxt[0].name)
@@ -298,7 +351,7 @@ def fit_act(g: Graph, target: dict, schedule):
     while a segment's activations do not fit ACT. Returns (graph, segments, Fit)."""
     have = target["scratchpad"]["act_lines"]
     room = int(BAND_SHARE * have)
-    fit = Fit()
+    fit = Fit(dw_post=target["features"].get("dw_post", False))
     cur = g
     for _ in range(MAX_ROUNDS):
         try:
@@ -317,7 +370,7 @@ def fit_act(g: Graph, target: dict, schedule):
             cands = {x: v for x, v in sizes.items() if nodes[x].op in BANDABLE}
             big = max(cands, key=lambda x: (cands[x], x), default=None)
             if big is not None and (len(sizes) == 1 or cands[big] > room // 2):
-                chain = _chain(cur, big, sizes, room)
+                chain = _chain(cur, big, sizes, room, fit.dw_post)
                 fit.chains[chain[0]] = chain
                 fit.bands[chain[0]] = _more_bands(g, fit, chain[0], max(2, -(-max(sizes[x] for x in chain) // room)),
                                                   err)

@@ -42,6 +42,7 @@ layer_cases = st.fixed_dictionaries({
     "pads": st.lists(st.integers(0, 2), min_size=4, max_size=4), "bands": st.integers(2, 9),
     "chain": st.lists(st.tuples(st.sampled_from(["conv", "depthwise", "maxpool"]), st.sampled_from([1, 3]),
                                 st.sampled_from([1, 2]), st.integers(0, 1)), max_size=3),
+    "dw_post": st.booleans(),
 })
 
 
@@ -82,7 +83,9 @@ def test_row_bands_compute_the_layers_bits(case):
             chain.append(b.g.nodes[-1].name)
     g = b.output(y)
     rows = g.type(y).shape[2]
-    banded = rewrite(g, Fit(bands={chain[0]: min(case["bands"], rows)}, chains={chain[0]: chain}))
+    # (dw_post: a chain ending in a conv and a 3x3 depthwise layer keeps the latter's pads, `bands._edge_rows`)
+    banded = rewrite(g, Fit(bands={chain[0]: min(case["bands"], rows)}, chains={chain[0]: chain},
+                            dw_post=case["dw_post"]))
     verify(banded)
     made = sum(n.name.startswith(f"{chain[-1]}.band") and n.op not in ("Slice", "Concat") for n in banded.nodes)
     # (fewer only where a band's window would be all padding: a pad of a stride or more joins it to its neighbour)
@@ -91,6 +94,26 @@ def test_row_bands_compute_the_layers_bits(case):
         assert made == min(case["bands"], rows)
     assert not any(n.name in chain for n in banded.nodes)
     feeds = feeds_for(g, seed=case["h"])
+    np.testing.assert_array_equal(run_graph(banded, feeds)[y], run_graph(g, feeds)[y])
+
+
+@pytest.mark.parametrize("stride, pads, h", [(1, [1, 1, 1, 1], 13), (2, [1, 1, 1, 1], 13), (2, [0, 0, 1, 1], 14),
+                                             (2, [1, 1, 1, 1], 14)])
+@pytest.mark.parametrize("bands", [2, 3, 5])
+def test_a_depthwise_layer_after_a_conv_keeps_its_pads_in_bands(stride, pads, h, bands):
+    """With PPU.dw (dw_post), a chain ending in a conv and a 3x3 depthwise layer keeps the latter's pads in every
+    band: it computes an extra row above and below the band (a pad standing for real rows) that a Slice drops."""
+    b = QBuilder(seed=bands + h)
+    x = b.input("x", (1, 5, h, 9), zp=2)
+    y = b.conv(b.conv(x, 12, k=1, pads=[0] * 4), 12, k=3, stride=stride, pads=pads, group=12)
+    g = b.output(y)
+    chain = [n.name for n in g.nodes]
+    banded = rewrite(g, Fit(bands={chain[0]: bands}, chains={chain[0]: chain}, dw_post=True))
+    verify(banded)
+    dws = [n for n in banded.nodes if n.name.startswith(f"{chain[1]}.band") and n.op == "QConv"]
+    assert len(dws) == bands and all(n.attrs["pads"] == pads for n in dws)
+    assert sum(n.name.endswith(".keep") for n in banded.nodes) >= bands - 1
+    feeds = feeds_for(g, seed=h)
     np.testing.assert_array_equal(run_graph(banded, feeds)[y], run_graph(g, feeds)[y])
 
 
@@ -183,4 +206,9 @@ def test_row_bands_through_the_rtl(target, lines):
     verify(g)
     art = build_tile(g, t, hdl=True)
     assert any(".." in k for k in art.report["act_fit"]["bands"]), art.report["act_fit"]   # (a chain of layers)
+    if target["features"]["dw_post"]:   # a conv and its depthwise layer banded together in PPU.dw passes
+        from hwc import isa
+
+        assert any(n.name.endswith(".keep") for n in art.graph.nodes)
+        assert any(i.op == isa.Op.PPU and i.get("dw") for i in isa.from_bytes(art.program))
     _rtl_equals_model_equals_reference(art, g, feeds_for(g, seed=2))
