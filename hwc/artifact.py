@@ -104,6 +104,11 @@ class Artifact:
             raise UserError(f"Engine {engine!r} is not available for target {self.target['name']!r}; "
                             f"choose one of {', '.join(self.engines)}.")
         feeds, n = check_feeds(feeds, self.inputs)
+        from hwc.quant.build import check_quantized_inputs, quantized_inputs
+
+        if getattr(self, "_quantized", None) is None:   # (an int8 graph's inputs that become int8 codes: no NaN)
+            self._quantized = quantized_inputs(self.graph)
+        check_quantized_inputs(feeds, self._quantized)
         if n is None:
             return self._run_one(feeds, engine)
         results = [self._run_one({k: v[i] for k, v in feeds.items()}, engine) for i in range(n)]

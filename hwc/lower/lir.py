@@ -60,8 +60,8 @@ class Program:
     instrs: list[Instr]
     inputs: list[str]
     outputs: list[str]
-    io_buffers: dict[str, str] = field(default_factory=dict)  # graph input/output -> its I/O buffer, when
-                                                               # a backend gave it another one (copies)
+    io_buffers: dict[str, str] = field(default_factory=dict)  # graph output -> its I/O buffer, when a
+                                                               # backend gave it another one (a copy)
 
     def storage(self, name: str) -> Buffer:
         """The buffer that owns the bytes of `name` (following aliases)."""

@@ -147,9 +147,20 @@ def add_requantize(a, b, za: int, zb: int, ma: int, mb: int, shift: int, z_out: 
 
 
 def quantize(x: np.ndarray, scale: float, zero_point: int, lo: int = INT8_MIN, hi: int = INT8_MAX) -> np.ndarray:
-    """float -> int8: round half to even (numpy's rint, as ONNX QuantizeLinear), saturate."""
-    q = np.rint(np.asarray(x, dtype=np.float32) / np.float32(scale)).astype(np.int64) + zero_point
-    return np.clip(q, lo, hi).astype(np.int8)
+    """float -> int8: round half to even (numpy's rint, as ONNX QuantizeLinear), saturate.
+
+    The saturation happens in float, before the integer cast: a quotient beyond the int64
+    range (|x / scale| > 9.2e18, or inf) would wrap to INT64_MIN and saturate to lo even
+    when positive. +inf and huge values give hi, -inf and huge negative values lo, and NaN
+    gives lo: what the compiled CPU code does (hwc.backends.cpu.kernels.int8._quantize).
+    (A CPU run rejects NaN in a model input before that: `build.check_quantized_inputs`.)
+    """
+    zero_point = np.asarray(zero_point, dtype=np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):   # (huge / scale -> inf: saturated below)
+        r = np.rint(np.asarray(x, dtype=np.float32) / np.float32(scale))
+    r = np.clip(r, lo - zero_point, hi - zero_point)
+    r = np.where(np.isnan(r), lo - zero_point, r)
+    return (r.astype(np.int64) + zero_point).astype(np.int8)
 
 
 def dequantize(q: np.ndarray, scale, zero_point) -> np.ndarray:
@@ -249,7 +260,7 @@ def make_lut(fn, s_in: float, z_in: int, s_out: float, z_out: int) -> np.ndarray
     q = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int32)
     x = dequantize(q, s_in, z_in)
     y = np.asarray(fn(x), dtype=np.float64)
-    return quantize(y.astype(np.float32), s_out, z_out)
+    return quantize(y, s_out, z_out)   # (it rounds y to float32 first, an overflow to inf included)
 
 
 def lut_lookup(x: np.ndarray, table: np.ndarray) -> np.ndarray:

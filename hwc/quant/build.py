@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hwc.errors import UserError
+from hwc.errors import InputError, UserError
 from hwc.ir.graph import Graph
 from hwc.quant.config import QuantConfig, as_config
 
@@ -60,6 +60,28 @@ def quantize_model(g: Graph, target: dict[str, Any], calib=None, quant_config=No
     data = load_data(calib, g, "calibration data")
     fg = optimize_for_quant(g, target)
     return quantize(fg, data, cfg, progress=progress)
+
+
+def quantized_inputs(q: Graph) -> list[str]:
+    """The graph inputs of an int8 graph that a Quantize (or QDQ QuantizeLinear) node turns
+    into int8 codes at run time."""
+    return sorted({n.inputs[0] for n in q.nodes if n.op in ("Quantize", "QuantizeLinear") and n.inputs[0] in q.inputs})
+
+
+def check_quantized_inputs(feeds: dict[str, np.ndarray], names: list[str]) -> None:
+    """Reject NaN in the inputs `names` (see `quantized_inputs`) of one run.
+
+    int8 has no code for NaN: quantizing it would give a silent, meaningless -128 (arith.quantize),
+    so the run stops with the input's name instead. Infinities are fine: they saturate.
+    """
+    for name in names:
+        x = feeds[name]
+        if np.issubdtype(x.dtype, np.floating) and np.isnan(x).any():
+            raise InputError(f"Input {name!r} holds NaN values ({int(np.isnan(x).sum())} of {x.size}). This "
+                             f"int8 model turns the input into int8 codes, and NaN has none, so the result would "
+                             f"be meaningless. Replace or drop the NaN values before the run (e.g. numpy.nan_to_num, "
+                             f"or fix the preprocessing that produced them), or use a float build (without --int8), "
+                             f"which passes NaN through.")
 
 
 def quant_report(q: Graph) -> dict:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hwc.errors import InputError
 from hwc.ir.graph import Graph
 from hwc.quant.runner import iter_batches
 
@@ -74,13 +75,15 @@ def collect_stats(g: Graph, feeds: dict[str, np.ndarray], *, bins: int = 2048, c
     lo = {t: math.inf for t in names}
     hi = {t: -math.inf for t in names}
     with _progress(progress, 2 * n_total, f"calibrating {g.name}") as advance:
+        start = 0
         for n, env in iter_batches(g, feeds, chunk=chunk, keep=True):
             for t in names:
                 x = env[t]
                 if not np.all(np.isfinite(x)):
-                    raise ValueError(f"calibration: tensor {t!r} has non-finite values (inf/nan)")
+                    raise _non_finite(g, t, feeds, feeds.get(t, x), start if t not in feeds else 0)
                 lo[t] = min(lo[t], float(x.min()))
                 hi[t] = max(hi[t], float(x.max()))
+            start += n
             advance(n)
         hists = {t: np.zeros(bins if hi[t] > lo[t] else 1, np.int64) for t in names}
         for n, env in iter_batches(g, feeds, chunk=chunk, keep=True):
@@ -92,6 +95,28 @@ def collect_stats(g: Graph, feeds: dict[str, np.ndarray], *, bins: int = 2048, c
                     h += np.histogram(env[t], bins=bins, range=(lo[t], hi[t]))[0]
             advance(n)
     return {t: TensorStats(lo[t], hi[t], int(hists[t].sum()), hists[t]) for t in names}
+
+
+def _non_finite(g: Graph, t: str, feeds: dict[str, np.ndarray], x: np.ndarray, start: int) -> InputError:
+    """The error for inf/NaN in tensor t, whose samples [start, start + len(x)) are `x`: it
+    names the bad samples, so the user can find them in the data."""
+    n_total = len(next(iter(feeds.values())))
+    bad = start + np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
+    if t in g.inputs:
+        which = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        return InputError(f"Calibration data: input {t!r} has non-finite values (inf/NaN) in sample"
+                          f"{'s' if len(bad) > 1 else ''} {which} (of {n_total}, counting from 0). int8 ranges "
+                          f"cannot be chosen from them: remove or fix those samples (e.g. keep only the samples "
+                          f"where numpy.isfinite(x).all()) and build again.")
+    i = int(bad[0])
+    node = g.producers()[t]
+    finite = all(np.isfinite(v[i]).all() for v in feeds.values() if np.issubdtype(v.dtype, np.floating))
+    why = ("although the sample's inputs are finite: the float model overflows or leaves its domain on it "
+           "(e.g. Log or Div of 0)" if finite else "because the sample's inputs are not finite")
+    return InputError(f"Calibration sample {i} (of {n_total}, counting from 0) makes tensor {t!r} (output of node "
+                      f"{node.name!r}, {node.op}) non-finite (inf/NaN), {why}. int8 ranges cannot be chosen "
+                      f"from it: remove that sample from the calibration data, or check that it is preprocessed "
+                      f"like the model's real inputs.")
 
 
 class _progress:

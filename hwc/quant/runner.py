@@ -3,14 +3,16 @@
 The IR has static shapes, usually with a batch dimension of 1. Most ops do not care how
 long the leading axis is, so N samples can go through the reference kernels in one call
 instead of N: `run_batched` checks that every node is *batch-safe* (its kernel treats
-axis 0 as a batch axis; Reshape gets its leading 1 replaced by N) and otherwise falls back
-to one `run_graph` call per sample. Both give the same numbers: the float kernels
-accumulate in float64 per output element and the int8 kernels are exact.
+axis 0 as a batch axis; Reshape and Slice, whose attributes spell out the batch-1 axis,
+get it rewritten to N) and otherwise falls back to one `run_graph` call per sample. Both
+give the same numbers: the float kernels accumulate in float64 per output element and the
+int8 kernels are exact.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import numpy as np
 
@@ -29,6 +31,21 @@ _BATCH_FREE = {
 _AXIS_OPS = {"Concat", "Split", "Softmax", "LogSoftmax", "Gather"}
 
 
+def _merged_attrs(n: Node, n_samples: int) -> dict | None:
+    """The attributes of a batch-safe node that name the batch axis's extent, rewritten for
+    n_samples merged on it (None: the node's attributes need no change).
+
+    The importer writes every bound in full (a batch-1 Slice has ends[0] = 1), so the
+    kernel would otherwise keep only the first of the merged samples.
+    """
+    if n.op == "Reshape":
+        shape = list(n.attrs["shape"])
+        return {**n.attrs, "shape": [n_samples * shape[0]] + shape[1:]}
+    if n.op == "Slice":   # batch-safe: starts[0] = 0, steps[0] = 1 and it covers the batch-1 axis
+        return {**n.attrs, "ends": [n_samples] + list(n.attrs["ends"][1:])}
+    return None
+
+
 def _batch_safe(g: Graph, n: Node) -> bool:
     ins = [g.values[i] for i in n.inputs if i]
     acts = [v for v in ins if not v.is_const]
@@ -44,8 +61,10 @@ def _batch_safe(g: Graph, n: Node) -> bool:
             return False
         # Constant operands broadcast from the right; a const with a leading axis > 1 would not.
         return all(v.type.rank < out_rank or v.type.shape[0] == 1 for v in ins)
-    if n.op in _AXIS_OPS:
-        return n.attrs["axis"] != 0
+    if n.op == "Gather":   # np.take puts the indices' shape in place of the axis: constant indices only
+        return n.attrs["axis"] != 0 and all(v.is_const for v in ins[1:])
+    if n.op in _AXIS_OPS:   # (a constant operand of Concat has a leading 1, not N)
+        return n.attrs["axis"] != 0 and all(not v.is_const for v in ins)
     if n.op in ("Gemm", "QGemm"):
         return (n.op == "QGemm" or not n.attrs["transA"]) and all(v.is_const for v in ins[1:])
     if n.op == "MatMul":
@@ -68,11 +87,8 @@ def batch_safe(g: Graph) -> bool:
 
 def run_node_merged(g: Graph, n: Node, ins: list, n_samples: int) -> list[np.ndarray]:
     """Run one node on n samples stacked along axis 0 ("merged": [n * shape[0], *shape[1:]])."""
-    if n.op == "Reshape":
-        shape = n.attrs["shape"]
-        outs = [ins[0].reshape([n_samples * shape[0]] + list(shape[1:]))]
-    else:
-        outs = run_node(n, ins)
+    attrs = _merged_attrs(n, n_samples)
+    outs = run_node(n if attrs is None else replace(n, attrs=attrs), ins)
     return [np.asarray(y).astype(g.values[o].type.np_dtype, copy=False) if o else None
             for o, y in zip(n.outputs, outs)]
 

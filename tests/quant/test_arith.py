@@ -5,6 +5,7 @@ before rounding); none is produced by the function under test.
 """
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -112,6 +113,20 @@ def test_add_requantize_hand_computed():
     #   0.5*9 + (-4) = 0.5 -> rounds to 1 -> 3
     y = arith.add_requantize(a, b, 1, -1, ma, mb, shift, 2)
     assert y.tolist() == [4, 1, 127, -128, 3]
+
+
+def test_quantize_saturates_huge_and_infinite_values():
+    # scale 0.02, z 0: 100 / 0.02 = 5000 -> 127; 1e19 / 0.02 = 5e20 and 1e20 / 0.02 = 5e21 are beyond int64
+    # (9.2e18), which must not wrap to INT64_MIN: they saturate to 127 like inf; their negatives to -128
+    x = np.array([100, 1e19, 1e20, np.inf, -np.inf, -1e20, 0.03, -0.05], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # (no numpy RuntimeWarning leaks to the user)
+        assert arith.quantize(x, 0.02, 0).tolist() == [127, 127, 127, 127, -128, -128, 2, -2]   # 1.5 -> 2, -2.5 -> -2
+        # z = -5: 1e20 -> 127, -1e20 -> -128; 0.03 / 0.02 = 1.5 -> 2 -> -3; -0.05 -> -2 -> -7
+        assert arith.quantize(x, 0.02, -5).tolist() == [127, 127, 127, 127, -128, -128, -3, -7]
+        # NaN has no code: lo, as the compiled CPU code gives it (runs reject NaN inputs before)
+        assert arith.quantize(np.array([np.nan], np.float32), 0.02, 3).tolist() == [-128]
+        assert arith.quantize(np.array([3e38, 1e300]), 1e-3, 0).tolist() == [127, 127]   # float32 overflow: inf
 
 
 def test_choose_qparams_examples():

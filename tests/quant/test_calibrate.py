@@ -56,3 +56,44 @@ def test_collect_stats_and_encodings_on_a_graph():
     assert enc["x"].scale == pytest.approx(7 / 255)
     wide = encodings(st, QuantConfig(method="minmax", headroom=0.5))
     assert wide["y"].scale == pytest.approx(7.5 / 255) and wide["y"].zero_point == -128
+
+
+def _exp_conv_model(path):
+    """x -> Exp -> h -> Conv -> y, x: [1, 2, 4, 4]: a finite sample with a large x overflows h to inf."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.full((3, 2, 1, 1), 0.5, np.float32)
+    g = helper.make_graph([helper.make_node("Exp", ["x"], ["h"], name="exp"),
+                           helper.make_node("Conv", ["h", "w"], ["y"], name="conv")], "expconv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = min(m.ir_version, 10)
+    onnx.save(m, path)
+
+
+@pytest.mark.parametrize("where", ["input", "intermediate"])
+def test_non_finite_calibration_data_is_a_user_error(tmp_path, capsys, where):
+    from hwc.cli import main
+
+    _exp_conv_model(tmp_path / "m.onnx")
+    x = np.random.default_rng(0).standard_normal((40, 1, 2, 4, 4)).astype(np.float32)
+    if where == "input":
+        x[3, 0, 1, 2, 2] = np.nan
+        x[37, 0, 0, 0, 0] = np.inf
+    else:
+        x[37, 0, 1, 3, 0] = 100.0    # exp(100) = 2.7e43: inf in float32 (sample 37: the second chunk of 32)
+    np.savez(tmp_path / "calib.npz", x=x)
+    rc = main(["build", str(tmp_path / "m.onnx"), "--target", "cpu", "--int8", "--calib", str(tmp_path / "calib.npz"),
+               "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    msg = err[err.index("hwc: error:"):].strip()
+    assert "\n" not in msg and "internal error" not in err and "Traceback" not in err
+    if where == "input":
+        assert "input 'x'" in msg and "samples 3, 37 (of 40" in msg and "remove or fix" in msg
+    else:
+        assert "sample 37 (of 40" in msg and "Exp" in msg and "inputs are finite" in msg and "remove" in msg
+    assert not (tmp_path / "out").exists()

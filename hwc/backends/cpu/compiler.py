@@ -42,12 +42,16 @@ class CpuBuild:
                 "activations": self.plan.workspace_bytes + extra}
 
     def io_spec(self) -> list[dict]:
-        """Every graph input and output: name, kind, offset and size in the I/O area."""
+        """Every graph input and output: name, kind, offset and size in the I/O area.
+
+        `io_buffers` (the copies `separate_outputs` adds) applies to outputs only: a graph
+        input that is also a graph output is read from its own bytes and copied to the
+        output's, so its input entry must keep the input's offset."""
         g = self.program.graph
         out = []
         for kind, names in (("input", g.inputs), ("output", g.outputs)):
             for n in names:
-                s = self.program.storage(self.program.io_buffers.get(n, n))
+                s = self.program.storage(self.program.io_buffers.get(n, n) if kind == "output" else n)
                 out.append({"name": n, "kind": kind, "dtype": g.type(n).dtype, "shape": list(g.type(n).shape),
                             "offset": self.compiled.io.offsets[s.name], "bytes": g.type(n).nbytes})
         return out

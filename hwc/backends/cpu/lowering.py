@@ -618,7 +618,8 @@ def lower_for_cpu(g: Graph, alignment: int = 64) -> tuple[Program, MemoryPlan]:
 def separate_outputs(prog: Program) -> None:
     """Every graph output gets its own bytes in the I/O area. An output that is a constant
     or a graph input has none after `lir.lower`: an Identity copies it there.
-    `prog.io_buffers` maps graph input/output names to their I/O buffers."""
+    `prog.io_buffers` maps such output names to their copies; it says nothing about inputs
+    (a graph input that is also an output keeps its own buffer as the input)."""
     prog.io_buffers = {}
     for i, o in enumerate(prog.outputs):
         s = prog.storage(o)
