@@ -119,3 +119,23 @@ def test_cross_compile(triple, cpu, machine):
         art.run({k: v[0] for k, v in random_inputs(m).items()})
     x = {k: v[0] for k, v in random_inputs(m).items()}
     assert art.run(x, engine="reference")["output"].shape == (1, 12)
+
+
+@needs_gcc
+@pytest.mark.parametrize("graph_name, entry", [("t", "t"), ("w", "w"), ("now", "now"), ("main", "main_model"),
+                                               ("int", "int_model"), ("hwc_run", "hwc_run_model")])
+def test_example_main_builds_whatever_the_model_is_called(graph_name, entry, tmp_path):
+    """An entry point named like one of main.c's locals or helpers, a C keyword or main: main.c compiles and its
+    output equals the Python run (main.c calls the entry through hwc_run; reserved names get a suffix)."""
+    m = MODELS["small_mlp"]()
+    m.graph.name = graph_name
+    art = hwc.build(m, target="cpu")
+    out = art.save(tmp_path / "out")
+    assert f"int {entry}(const uint8_t *constant_weights" in (out / "model.h").read_text()
+    subprocess.run(["make", "-C", str(out)], check=True, capture_output=True)
+    x = random_inputs(m, seed=4)["input"][0]
+    x.tofile(tmp_path / "in.bin")
+    subprocess.run([str(out / "main"), "-w", str(out / "weights.bin"), str(tmp_path / "in.bin"),
+                    str(tmp_path / "out.bin")], capture_output=True, text=True, check=True)
+    want = art.run({"input": x})["output"]
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "out.bin", np.float32).reshape(want.shape), want)

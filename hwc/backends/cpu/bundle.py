@@ -147,7 +147,7 @@ MAIN_C = """\
 
 /* The activations are left uninitialized on purpose: the model must write before it reads
    (valgrind's memcheck would report anything else). */
-static uint8_t *alloc_region(size_t size, int zero) {{
+static uint8_t *hwc_alloc_region(size_t size, int zero) {{
     size_t rounded = (size + {up}_ALIGNMENT - 1) / {up}_ALIGNMENT * {up}_ALIGNMENT;
     uint8_t *p = aligned_alloc({up}_ALIGNMENT, rounded ? rounded : {up}_ALIGNMENT);
     if (!p) {{ fprintf(stderr, "out of memory\\n"); exit(1); }}
@@ -155,7 +155,7 @@ static uint8_t *alloc_region(size_t size, int zero) {{
     return p;
 }}
 
-static int read_file(const char *path, uint8_t *dst, size_t size) {{
+static int hwc_read_file(const char *path, uint8_t *dst, size_t size) {{
     FILE *f = fopen(path, "rb");
     if (!f) {{ fprintf(stderr, "cannot open %s\\n", path); return -1; }}
     size_t got = size ? fread(dst, 1, size, f) : 0;
@@ -164,21 +164,26 @@ static int read_file(const char *path, uint8_t *dst, size_t size) {{
     return 0;
 }}
 
-static double now(void) {{
+static double hwc_now(void) {{
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }}
 
-static int cmp(const void *a, const void *b) {{
+static int hwc_cmp(const void *a, const void *b) {{
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }}
 
-struct tensor {{ const char *name; size_t offset, size, count; int is_float; }};
-static const struct tensor inputs[] = {{
+/* The entry point, called from main through this wrapper (main's locals cannot shadow it). */
+static int hwc_run(const uint8_t *hwc_w, uint8_t *hwc_io, uint8_t *hwc_act) {{
+    return {name}(hwc_w, hwc_io, hwc_act);
+}}
+
+struct hwc_tensor {{ const char *name; size_t offset, size, count; int is_float; }};
+static const struct hwc_tensor hwc_inputs[] = {{
 {inputs}}};
-static const struct tensor outputs[] = {{
+static const struct hwc_tensor hwc_outputs[] = {{
 {outputs}}};
 
 int main(int argc, char **argv) {{
@@ -190,39 +195,39 @@ int main(int argc, char **argv) {{
         else if (!in) in = argv[i];
         else out = argv[i];
     }}
-    uint8_t *w = alloc_region({up}_WEIGHTS_SIZE, 0), *io = alloc_region({up}_IO_SIZE, 1);
-    uint8_t *act = alloc_region({up}_ACTIVATIONS_SIZE, 0);
-    if (read_file(wpath, w, {up}_WEIGHTS_SIZE)) return 1;
+    uint8_t *w = hwc_alloc_region({up}_WEIGHTS_SIZE, 0), *io = hwc_alloc_region({up}_IO_SIZE, 1);
+    uint8_t *act = hwc_alloc_region({up}_ACTIVATIONS_SIZE, 0);
+    if (hwc_read_file(wpath, w, {up}_WEIGHTS_SIZE)) return 1;
     if (in) {{
         FILE *f = fopen(in, "rb");
         if (!f) {{ fprintf(stderr, "cannot open %s\\n", in); return 1; }}
         for (size_t i = 0; i < {up}_NUM_INPUTS; i++)
-            if (fread(io + inputs[i].offset, 1, inputs[i].size, f) != inputs[i].size) {{
-                fprintf(stderr, "%s: too short for input %s\\n", in, inputs[i].name); return 1;
+            if (fread(io + hwc_inputs[i].offset, 1, hwc_inputs[i].size, f) != hwc_inputs[i].size) {{
+                fprintf(stderr, "%s: too short for input %s\\n", in, hwc_inputs[i].name); return 1;
             }}
         fclose(f);
     }}
-    int rc = {name}(w, io, act);
+    int rc = hwc_run(w, io, act);
     if (rc != 0) {{ fprintf(stderr, "{name} returned %d\\n", rc); return 1; }}
     if (runs > 0) {{
         double *t = malloc(sizeof(double) * runs);
-        for (int r = 0; r < runs; r++) {{ double t0 = now(); {name}(w, io, act); t[r] = now() - t0; }}
-        qsort(t, runs, sizeof(double), cmp);
+        for (int r = 0; r < runs; r++) {{ double t0 = hwc_now(); hwc_run(w, io, act); t[r] = hwc_now() - t0; }}
+        qsort(t, runs, sizeof(double), hwc_cmp);
         printf("median of %d runs: %.2f us\\n", runs, t[runs / 2] * 1e6);
         free(t);
     }}
     for (size_t i = 0; i < {up}_NUM_OUTPUTS; i++) {{
-        printf("%s:", outputs[i].name);
-        for (size_t k = 0; k < outputs[i].count && k < 8; k++) {{
-            if (outputs[i].is_float) printf(" %g", ((const float *)(io + outputs[i].offset))[k]);
-            else printf(" %d", (int)((const int8_t *)(io + outputs[i].offset))[k]);
+        printf("%s:", hwc_outputs[i].name);
+        for (size_t k = 0; k < hwc_outputs[i].count && k < 8; k++) {{
+            if (hwc_outputs[i].is_float) printf(" %g", ((const float *)(io + hwc_outputs[i].offset))[k]);
+            else printf(" %d", (int)((const int8_t *)(io + hwc_outputs[i].offset))[k]);
         }}
-        printf("%s\\n", outputs[i].count > 8 ? " ..." : "");
+        printf("%s\\n", hwc_outputs[i].count > 8 ? " ..." : "");
     }}
     if (out) {{
         FILE *f = fopen(out, "wb");
         if (!f) {{ fprintf(stderr, "cannot write %s\\n", out); return 1; }}
-        for (size_t i = 0; i < {up}_NUM_OUTPUTS; i++) fwrite(io + outputs[i].offset, 1, outputs[i].size, f);
+        for (size_t i = 0; i < {up}_NUM_OUTPUTS; i++) fwrite(io + hwc_outputs[i].offset, 1, hwc_outputs[i].size, f);
         fclose(f);
     }}
     free(w); free(io); free(act);

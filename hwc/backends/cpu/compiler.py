@@ -18,11 +18,22 @@ from hwc.ir.graph import Graph
 from hwc.lower.lir import Program
 from hwc.lower.memplan import MemoryPlan
 
+#: Names an entry point must not take: C's keywords, `main`, the C library functions the example main.c calls, and
+#: main.c's own (hwc_...); such a model name gets a "_model" suffix.
+C_RESERVED = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if inline int long
+    register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+    _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary _Noreturn _Static_assert _Thread_local
+    main printf fprintf fopen fclose fread fwrite malloc free exit memset strcmp atoi qsort aligned_alloc
+    clock_gettime size_t uint8_t int8_t stderr stdout
+    hwc_run hwc_alloc_region hwc_read_file hwc_now hwc_cmp hwc_tensor hwc_inputs hwc_outputs""".split())
+
 
 def c_identifier(name: str) -> str:
-    """A C identifier from a model name: 'resnet8' -> 'resnet8', '1-net' -> 'hwc_1_net'."""
+    """A C identifier from a model name: 'resnet8' -> 'resnet8', '1-net' -> 'hwc_1_net', 'main' -> 'main_model'."""
     s = re.sub(r"[^A-Za-z0-9_]", "_", name or "model").strip("_") or "model"
-    return s if re.match(r"[A-Za-z_]", s) else f"hwc_{s}"
+    s = s if re.match(r"[A-Za-z_]", s) else f"hwc_{s}"
+    return f"{s}_model" if s in C_RESERVED else s
 
 
 @dataclass
