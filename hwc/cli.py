@@ -113,6 +113,9 @@ def cmd_build(args) -> int:
     for io, label in ((art.inputs, "input"), (art.outputs, "output")):
         for i in io:
             out.print(f"  {label} {i['name']}: {i['dtype']}[{_fmt_shape(i['shape'])}]")
+    for note in rep.get("quant", {}).get("notes", []):
+        if note.startswith("warning:"):
+            err.print(f"hwc: {note}", markup=False, soft_wrap=True)
     return 0
 
 

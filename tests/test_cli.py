@@ -309,3 +309,18 @@ def test_tile_rejections_say_why_and_what_to_do(tmp_path, capsys):
         for want in wants + ["--target cpu"]:
             assert want in err, (name, want, err)
         assert "quantize" not in err.lower().replace("dequantize", "").replace("quantizer", ""), err
+
+
+def test_degenerate_calibration_data_is_warned_about(tmp_path, cnn_path, capsys):
+    """All-zero or single-sample calibration data build (a user may mean it) but stderr says why the int8 ranges
+    will not fit real inputs; representative data give no warning."""
+    rng = np.random.default_rng(0)
+    cases = {"zeros": (np.zeros((8, 1, 3, 8, 8), np.float32), "all 8 calibration samples of input 'x' are the same"),
+             "one": (rng.standard_normal((1, 1, 3, 8, 8)).astype(np.float32), "hold one sample of input 'x'"),
+             "fine": (rng.standard_normal((8, 1, 3, 8, 8)).astype(np.float32), None)}
+    for name, (x, want) in cases.items():
+        np.savez(tmp_path / f"{name}.npz", x=x)
+        rc, _, err = run_cli(capsys, "build", cnn_path, "--target", "tile8x8", "--calib", tmp_path / f"{name}.npz",
+                             "-o", tmp_path / name, "--no-hdl", "--input-shape", "x=1x3x8x8")
+        assert rc == 0, err
+        assert (want in err) if want else ("warning" not in err), (name, err)

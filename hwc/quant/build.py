@@ -59,7 +59,26 @@ def quantize_model(g: Graph, target: dict[str, Any], calib=None, quant_config=No
                         "representative inputs), or build a model that is already quantized (QDQ).")
     data = load_data(calib, g, "calibration data")
     fg = optimize_for_quant(g, target)
-    return quantize(fg, data, cfg, progress=progress)
+    q = quantize(fg, data, cfg, progress=progress)
+    q.metadata["quant"]["notes"] = calibration_warnings(data) + q.metadata["quant"]["notes"]
+    return q
+
+
+def calibration_warnings(data: dict[str, np.ndarray]) -> list[str]:
+    """Notes ("warning: ...") on calibration data the int8 ranges cannot be chosen well from: one sample, or an
+    input whose samples are all the same (e.g. zeros). The build goes on (a user may mean it); the CLI prints them."""
+    out = []
+    for name, x in sorted(data.items()):
+        if not np.issubdtype(x.dtype, np.floating):
+            continue
+        if len(x) < 2:
+            out.append(f"warning: the calibration data hold one sample of input {name!r}: the int8 ranges fit that "
+                       f"sample only; calibrate with a few hundred representative inputs")
+        elif float(x.max()) == float(x.min()) or all(np.array_equal(x[0], x[i]) for i in range(1, len(x))):
+            out.append(f"warning: all {len(x)} calibration samples of input {name!r} are the same"
+                       f"{' (every value ' + repr(float(x.min())) + ')' if float(x.max()) == float(x.min()) else ''}"
+                       f": the int8 ranges fit that one input only; calibrate with representative inputs")
+    return out
 
 
 def quantized_inputs(q: Graph) -> list[str]:
