@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
@@ -84,7 +85,44 @@ def cmd_check(args) -> int:
         err.print(f"hwc: {bad} of {total} nodes are not supported{more} (see the table above).",
                   soft_wrap=True)
         return 2
-    out.print(f"All {total} nodes ({len(rows)} op types) are supported.")
+    out.print(f"All {total} nodes ({len(rows)} op types) are supported by the importer.")
+    return _check_target(args) if args.target else 0
+
+
+def _check_target(args) -> int:
+    """`hwc check --target T`: build for T in memory (an int8 target calibrated on random inputs: the placement
+    does not depend on the values) and say what runs where; a model T cannot build is exit 2 with the reason."""
+    import hwc
+    from hwc.targets import load_target
+
+    tgt = load_target(args.target)
+    int8 = tgt["kind"] == "tile" or args.int8
+    calib = None
+    if int8:
+        from hwc.frontend import import_onnx
+
+        g = import_onnx(Path(args.model), input_shapes(args))
+        rng = np.random.default_rng(0)
+        calib = {name: rng.standard_normal((8, *g.type(name).shape)).astype(g.type(name).np_dtype)
+                 for name in g.inputs}
+    art = hwc.build(args.model, target=args.target, calib=calib, int8=int8, input_shapes=input_shapes(args),
+                    hdl=False)
+    rep = art.report
+    kind = f"int8 on {tgt['name']}" if int8 else tgt["name"]
+    host = [d for d in rep.get("partition", []) if d["where"] == "host"
+            and d["op"] not in ("Quantize", "Dequantize")]
+    if tgt["kind"] == "tile":
+        on_tile = sum(d["where"] == "tile" for d in rep["partition"])
+        out.print(f"{tgt['name']}: builds; {on_tile} nodes on the tile in {rep['segments']} segment(s), "
+                  f"{len(host)} on the host (besides the input's quantization and the output's dequantization).")
+        for d in host:
+            out.print(f"  host: {d['node']} ({d['op']}): {d['why']}", markup=False)
+        from hwc.tile.bands import describe
+
+        if describe(rep.get("act_fit")):
+            out.print(f"  {describe(rep['act_fit'])}", markup=False)
+    else:
+        out.print(f"{kind}: builds.")
     return 0
 
 
@@ -157,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="what in a model is supported, what is not, and why")
     c.add_argument("model")
+    c.add_argument("--target", help="also build for this target in memory and say what runs where (int8 targets: "
+                                    "calibrated on random inputs, which the placement does not depend on)")
+    c.add_argument("--int8", action="store_true", help="with --target cpu or ref: the int8 build")
     shapes(c)
     c.set_defaults(fn=cmd_check)
 

@@ -324,3 +324,19 @@ def test_degenerate_calibration_data_is_warned_about(tmp_path, cnn_path, capsys)
                              "-o", tmp_path / name, "--no-hdl", "--input-shape", "x=1x3x8x8")
         assert rc == 0, err
         assert (want in err) if want else ("warning" not in err), (name, err)
+
+
+def test_check_with_a_target_builds_in_memory(tmp_path, cnn_path, capsys):
+    """`hwc check --target`: the importer's table, then what the target makes of it: a tile build's placement
+    (exit 0), or the target's reason for refusing the model (exit 2); nothing written."""
+    rc, out, err = run_cli(capsys, "check", cnn_path, "--target", "tile8x8", "--input-shape", "x=1x3x8x8")
+    assert rc == 0 and "tile8x8: builds;" in out and "on the tile" in out, (out, err)
+    rng = np.random.default_rng(0)
+    conv3d = model([helper.make_node("Conv", ["x", "w"], ["y"])], [("x", F32, [1, 2, 4, 4, 4])],
+                   [("y", F32, [1, 3, 2, 2, 2])], {"w": rng.standard_normal((3, 2, 3, 3, 3)).astype(np.float32)})
+    p = tmp_path / "c3.onnx"
+    onnx.save(conv3d, p)
+    for target, want in (("cpu", "3-d convolution"), ("tile8x8", "3-d Conv: the tile runs 2-d windows")):
+        rc, out, err = run_cli(capsys, "check", p, "--target", target)
+        assert rc == 2 and "supported by the importer" in out and want in err, (target, out, err)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["c3.onnx", "cnn.onnx"]

@@ -193,6 +193,8 @@ def _why_not(g: Graph, n: Node) -> str | None:
                      and r.get("mode") == "float"), None)
         if kept is not None:   # (the quantizer left it float: say why, not only that the tile has no float op)
             return f"{n.op} stays float32 ({kept['reason']}) and the tile computes int8 only"
+        if n.op == "QLut":
+            return "a quantized activation as a 256-entry table (QLut): the tile has no table unit"
         return f"{n.op} has no tile implementation"
     t_in = g.type(n.inputs[0]) if n.inputs else None
     if t_in is not None and t_in.dtype != "int8":
