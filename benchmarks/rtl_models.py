@@ -2,6 +2,7 @@
 against the Python tile model's and the int8 reference's (BENCHMARKS.md, "Tile compiler").
 
     python benchmarks/rtl_models.py tile8x8 resnet8 ds_cnn      # minutes per model under Icarus
+    python benchmarks/rtl_models.py tile32x32 mobilenet_v1_025@128   # another input size (input_size=128)
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def main(target_name: str, *names: str) -> int:
     target = load_target(target_name)
     bad = 0
     for name in names or ("resnet8",):
-        model = MODELS[name]()
+        base, _, size = name.partition("@")
+        model = MODELS[base](input_size=int(size)) if size else MODELS[base]()
         art = build_tile(quantize_model(import_onnx(model), target, random_inputs(model, n=32, seed=3)), target)
         feeds = {k: v[0] for k, v in random_inputs(model, n=1, seed=9).items()}
         ref = art.run(feeds, engine="reference")

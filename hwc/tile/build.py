@@ -54,13 +54,14 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
         # flat: with features.dw_post, the inputs of depthwise layers PPU.dw could take laid out for it
         # (`layers.dw_post_flat`), which may unstack the layers around them too: all of them (True), or only those
         # of N channels ("blocks"; the thinner ones stacked, for PPU.dwf), beside the default stacking
-        pairs = dw_post_flat(plan, target) if stack else {}
-        mids = frozenset(pairs)
+        pairs, only_pairs = dw_post_flat(plan, target) if stack else ({}, frozenset())
+        mids = frozenset(pairs) - only_pairs
         blocks = frozenset(m for m in mids if plan.tensors[m].c == n)
         # (and thin ones of a stride-2 depthwise layer, which PPU.dwf does not take stacked, padded to N channels)
         thin2 = frozenset(m for m in mids if plan.tensors[m].c < n and (pairs[m].plain or pairs[m]).strides == (2, 2))
-        # ("pairs": those thin ones stacked, their blocks of two pixels written in pixel order, PPU.dwf = 1)
-        halves = frozenset(m for m in thin2 if 2 * plan.tensors[m].c == n)
+        # ("pairs": those thin ones stacked, their blocks of two pixels written in pixel order, PPU.dwf = 1; rows of
+        # up to twice the row buffers' positions)
+        halves = frozenset(m for m in thin2 | only_pairs if 2 * plan.tensors[m].c == n)
         flats = [(False, frozenset(), frozenset(), frozenset()), (True, mids, frozenset(), frozenset()),
                  ("blocks", blocks | thin2, thin2, frozenset()), ("pairs", blocks | halves, frozenset(), halves)]
         flats = [x for x in flats if x[0] is False or (x[1] and (x[0] != "pairs" or halves))]

@@ -626,22 +626,31 @@ def dw_post_pairs(plan: TilePlan) -> dict[int, ConvLayer]:
     return out
 
 
-def dw_post_flat(plan: TilePlan, target: dict) -> dict[str, ConvLayer]:
+def dw_post_flat(plan: TilePlan, target: dict) -> tuple[dict[str, ConvLayer], frozenset[str]]:
     """features.dw_post: the inputs of the depthwise layers of `dw_post_pairs` (-> the layer) that PPU.dw will
     take, whatever the stacking, when `space_to_depth(flat=...)` lays them out for it (before stacking: four rows
     within a third of the accumulators, a padded row within the row buffers, no residual add of the depthwise
-    layer's output). The search tries that beside the default stacking (`tile.build.schedule`)."""
+    layer's output), and those of them it takes only in blocks of two pixels ("pairs": a stride-2 layer of N / 2
+    channels whose padded row is within the row buffers at two pixels a position only, e.g. 64 pixels on
+    tile32x32). The search tries that beside the default stacking (`tile.build.schedule`)."""
     if not target["features"].get("dw_post"):
-        return {}
+        return {}, frozenset()
     sp = target["scratchpad"]
     added = {name for layer in plan.layers if isinstance(layer, AddLayer) for name in (layer.a, layer.b)}
     out = {}
+    n = target["array"]["cols"]
+    only_pairs = set()
     for i, dw in dw_post_pairs(plan).items():
         mid = plan.tensors[plan.layers[i].dst]
-        if min(mid.h, 4) * mid.w <= sp["acc_lines"] // 3 and isa.DWP_MIN_PITCH <= mid.w + 1 <= sp["dw_line_buffer"] \
-                and dw.dst not in added:
-            out[plan.layers[i].dst] = dw
-    return out
+        if min(mid.h, 4) * mid.w > sp["acc_lines"] // 3 or dw.dst in added:
+            continue
+        if isa.DWP_MIN_PITCH <= mid.w + 1 <= sp["dw_line_buffer"]:
+            out[mid.name] = dw
+        elif (2 * mid.c == n and (dw.plain or dw).strides == (2, 2)
+              and isa.DWP_MIN_PITCH <= -(-mid.w // 2) + 1 <= sp["dw_line_buffer"]):
+            out[mid.name] = dw
+            only_pairs.add(mid.name)
+    return out, frozenset(only_pairs)
 
 
 def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: frozenset[str] = frozenset(),

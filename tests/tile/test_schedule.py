@@ -1206,6 +1206,27 @@ def test_depthwise_in_the_post_processing_of_thin_stacked_pixels(target, c, h, w
         assert pairs.report["cycles"] >= best.report["cycles"]
 
 
+@pytest.mark.parametrize("w", [64, 100, 126])
+def test_depthwise_in_the_post_processing_of_pairs_wider_than_the_row_buffers(w):
+    """MobileNet at 128x128 on tile32x32: a stride-2 depthwise layer of N/2 channels over rows of 64 pixels and
+    more, whose padded row exceeds the 64-line row buffers one pixel a position, but not two ("pairs": blocks of
+    two pixels, PPU.dwf = 1; `layers.dw_post_flat` offers it only so). Fused, exact; the search picks it."""
+    from hwc import isa
+
+    t = tile_variant(TARGETS["tile32x32"], dw_post=True)
+    n = t["array"]["rows"]
+    b = QBuilder(seed=w)
+    x = b.input("x", (1, n // 2, 6, w), zp=-2)
+    y = b.conv(x, n // 2, k=1, relu=True)
+    y = b.conv(y, n // 2, k=3, stride=2, group=n // 2, relu=True)
+    g = b.output(b.conv(y, n, k=1))
+    art = check_exact(g, t)
+    assert art.report["schedule"][0]["flat"] == "pairs"
+    fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
+    assert fused and all(i.get("dws") == 2 and i.get("dwf") == 1 for i in fused)
+    assert sum(1 for layer in art.report["layers"] if layer.get("dw_post")) == 1
+
+
 def test_depthwise_in_the_post_processing_at_most_eight_pixels_a_block_line():
     """A 2-channel tensor stacks 16 pixels a line on tile32x32; padded to 32 channels for a stride-2 depthwise
     layer's PPU.dw, its producer's GEMMs would write every 16th accumulator line, past GEMM.acc_si's 15 (a crash
