@@ -3,12 +3,16 @@
 A tile segment keeps every activation it computes in ACT. When a segment's activations do not fit
 (`Codegen.plan_act` raises `ActOverflow`), `fit_act` rewrites the int8 graph and schedules again:
 
-- **Row bands.** A layer whose input and output alone take much of ACT is split into bands of output
-  rows: band b is the same layer (weights, requantization) over rows [y0, y1) of the output, reading
-  the input rows those need (its halo included: a 3x3 stride-1 band reads two rows more than it
-  writes) through a Slice, with the layer's top pad on the first band only and the bottom pad on the
-  last. A Concat along the rows gives the layer's output. Convolution rows are independent, so the
-  bands compute exactly the unbanded layer's bits (the int8 reference runs the rewritten graph).
+- **Row bands.** The largest layer of the segment, with the layers before and after it that each read
+  only the one before and are large too (a chain, `_chain`), is split into bands of the last layer's
+  output rows: per band, a Slice of the chain's input rows, each layer over the rows the next one
+  reads (the halo: a 3x3 stride-1 layer computes two rows more than the next; rows past a tensor's
+  edges are the next layer's pads, the top pad on the first band only, the bottom one on the last),
+  and a Concat of the last layer's bands. Convolution rows are independent, so the bands compute the
+  layers' bits exactly (the int8 reference runs the rewritten graph). A chain grows while its bands
+  compute at most MAX_RECOMPUTE of its MACs twice. With PPU.dw (features.dw_post) a chain ends at a
+  conv + 3x3 depthwise pair, whose depthwise layer keeps its own pads in every band (PPU.dw takes no
+  band edge): an extra output row per band edge, dropped by a Slice (`_edge_rows`).
 - **Cuts.** A segment whose layers each fit but whose live activations together do not (a long
   residual, many tensors) is cut in two at its middle layer: the tensors live across the cut go to
   external memory and come back as the next segment's inputs.
@@ -18,9 +22,10 @@ so the bands and the cut segments are separate tile programs: each loads its wei
 before it computes (the first LOAD is not hidden) and stores its output at the end. The host's copies
 are not in the tile's cycle count; the tile's LOADs and STOREs of the bands are.
 
-The rewrite repeats, doubling a layer's bands, until every segment fits, or stops with a clear error
-when a layer does not fit even with one output row per band (or is one the tile cannot band: a global
-pool, a fully connected layer over the whole input).
+The rewrite repeats, with more bands where a band still overflows, until every segment fits, or stops
+with a clear error when a layer does not fit even with one output row per band (or is one the tile
+cannot band: a global pool, a fully connected layer over the whole input). Documented with the
+measurements in docs/tile-v2.md, "Activations larger than ACT".
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ import numpy as np
 from hwc.errors import UnsupportedError
 from hwc.ir.graph import Graph, QuantParams
 
-#: Banded layers keep their estimated input + output lines below this share of ACT (the estimate ignores the
-#: stacking and alignment the scheduler picks; a band that still overflows doubles the band count).
+#: A chain's first band count: its largest layer's ACT lines (input + output, as the scheduler laid them out) over
+#: this share of ACT (a band that still overflows gets more bands).
 BAND_SHARE = 0.8
 
 #: Node ops a row band can split: windows over the rows (convolution, pooling) and element-wise ops; all but QAdd
@@ -44,8 +49,8 @@ CHAINABLE = ("QConv", "QAvgPool", "MaxPool", "QRequant")
 #: A chain of layers grows while its bands compute at most this share of its MACs twice (halo rows).
 MAX_RECOMPUTE = 0.1
 
-#: At most this many rewrites of one model (each reschedules it).
-MAX_ROUNDS = 24
+#: At most this many rewrites of one model (each reschedules it: a round fixes one chain or one cut).
+MAX_ROUNDS = 64
 
 
 class ActOverflow(UnsupportedError):
@@ -92,17 +97,6 @@ def describe(act_fit: dict | None) -> str | None:
     return "activations larger than ACT: " + "; ".join(parts) + " (the host moves the rows between segments)"
 
 
-def _lines(shape, n: int, pads=(0, 0, 0, 0)) -> int:
-    """ACT lines of an int8 [1, C, H, W] (or [M, K]) tensor, unstacked, with `pads`."""
-    if len(shape) == 4:
-        c, h, w = shape[1:]
-    elif len(shape) == 2:
-        c, h, w = shape[1], 1, shape[0]
-    else:
-        return 0
-    return -(-c // n) * (h + pads[0] + pads[2]) * (w + pads[1] + pads[3])
-
-
 def _window(g: Graph, node) -> tuple[int, int, int, int, int]:
     """(kernel rows, stride, dilation, top pad, bottom pad) of a node along the rows (1, 1, 1, 0, 0: element-wise)."""
     a = node.attrs
@@ -114,14 +108,6 @@ def _window(g: Graph, node) -> tuple[int, int, int, int, int]:
         return 1, 1, 1, 0, 0
     p = a["pads"]
     return kh, a["strides"][0], a.get("dilations", [1, 1])[0], p[0], p[2]
-
-
-def footprint(g: Graph, node, n: int) -> int:
-    """Estimated ACT lines of a node's activation inputs and output (unstacked, its own pads on the input)."""
-    pads = node.attrs.get("pads", (0, 0, 0, 0)) if node.op in ("QConv", "QAvgPool", "MaxPool") else (0,) * 4
-    ins = [i for i in node.inputs[:2 if node.op == "QAdd" else 1] if i and g.const(i) is None]
-    total = sum(_lines(g.type(i).shape, n, pads) for i in ins)
-    return total + _lines(g.type(node.outputs[0]).shape, n, (1, 1, 1, 1))
 
 
 def _band_rows(g: Graph, nodes: list, bands: int, keep_pads: bool = False) -> list[list[tuple]]:
@@ -382,7 +368,8 @@ def fit_act(g: Graph, target: dict, schedule):
                 raise UnsupportedError(f"layer {x!r} ({op}) does not fit ACT and cannot be split into row bands (it "
                                        f"reads its whole input at once): {err}", [x]) from err
         cur = rewrite(g, fit)
-    raise err
+    raise UnsupportedError(f"the activations still do not fit ACT after {MAX_ROUNDS} rewrites into row bands and "
+                           f"cut segments ({describe(fit.as_report())}): {err}", err.items) from err
 
 
 def _more_bands(g: Graph, fit: Fit, head: str, k: int, err: ActOverflow) -> int:
