@@ -83,9 +83,11 @@ def write_search_html(args, tgt, results, picked, labels: bool, float_metric: fl
            "summary": f"{len(results)} configurations measured; the pick is the cheapest whose {metric} loss is "
                       f"within {100 * args.max_loss:.2f}%" + ("" if labels else " (filled markers: within the "
                                                                                  "budget)") + "."}
+    from hwc.artifact import write_output
+
     path = Path(args.output).with_suffix(".html")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_search(doc), encoding="utf-8")
+    html = render_search(doc).encode("utf-8")
+    write_output(path, lambda f: f.write(html))
     return path
 
 

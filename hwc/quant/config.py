@@ -117,9 +117,11 @@ class QuantConfig:
         return cls(**{k: v for k, v in doc.items() if k in known})
 
     def save(self, path: str | os.PathLike) -> Path:
-        p = Path(path)
-        p.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
-        return p
+        from hwc.artifact import write_output
+
+        text = json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n"
+        write_output(path, lambda f: f.write(text.encode()))   # (whole or not at all; a bad path: exit 2)
+        return Path(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> QuantConfig:
