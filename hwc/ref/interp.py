@@ -476,7 +476,9 @@ def _quantize(a, x, scale, zp):
     info = np.iinfo(zp.dtype)
     # Divide in float32 (the scale's precision), round half to even, then add the zero
     # point and saturate in float64, so out-of-range values (even inf) saturate.
-    q = np.rint(x.astype(np.float32) / s).astype(np.float64) + z
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = np.rint(x.astype(np.float32) / s).astype(np.float64) + z
+    q = np.where(np.isnan(q), info.min, q)   # (NaN: the low end, as hwc.quant.arith.quantize; no undefined cast)
     return [np.clip(q, info.min, info.max).astype(zp.dtype)]
 
 

@@ -175,3 +175,16 @@ def test_lut_sigmoid_worked_example():
     assert t[-128 + 128] == -123    # sigmoid(-4.016) * 256 = 4.53 -> 5 - 128
     x = np.array([-128, 0, 127], np.int8)
     assert arith.lut_lookup(x, t).tolist() == [t[0], t[128], t[255]]
+
+
+def test_quantize_linear_kernel_saturates_and_maps_nan_like_quantize():
+    """The reference interpreter's QuantizeLinear (QDQ models) agrees with arith.quantize on huge, infinite and
+    NaN values (hand-computed), without numpy's warnings (an undefined NaN cast before)."""
+    from hwc.ref.interp import KERNELS
+
+    x = np.array([1.0, np.nan, np.inf, -np.inf, 1e30, -1e30], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (q,) = KERNELS["QuantizeLinear"]({"axis": 1}, x, np.array(0.1, np.float32), np.array(3, np.int8))
+        np.testing.assert_array_equal(q, [13, -128, 127, -128, 127, -128])
+        np.testing.assert_array_equal(arith.quantize(x, 0.1, 3), q)
