@@ -357,7 +357,7 @@ class TileArtifact(Artifact):
         mem = self.memory_image()
         total = 0
         t0 = time.perf_counter()
-        for io in segments:
+        for k, io in enumerate(segments):
             self._host_run(env, io["pre"])
             for t in io["inputs"]:
                 src = t["im2col"]["src"] if t.get("im2col") else t["name"]
@@ -368,7 +368,7 @@ class TileArtifact(Artifact):
                 data = host.pack(x, t["c"], t["h"], t["w"], n)
                 mem[t["dram"]:t["dram"] + len(data)] = data
             if engine == "rtl":
-                mem, cycles = self._run_rtl(mem, io)
+                mem, cycles = self._run_rtl(mem, io, self.vcd_path(k))
             else:
                 mem, cycles = self._run_model(mem, io)
             total += cycles
@@ -422,7 +422,16 @@ class TileArtifact(Artifact):
         self.last_model = res
         return mem, res.cycles
 
-    def _run_rtl(self, mem: bytearray, io: dict):
+    def vcd_path(self, segment: int) -> str | None:
+        """The waveform file of a segment's RTL run (`vcd` set by `hwc sim --vcd`): FILE itself for a one-segment
+        artifact, else FILE with .segK before its suffix, one per segment (each segment is a run of its own)."""
+        vcd = getattr(self, "vcd", None)
+        if vcd is None or len(self.info["tile"]["segments"]) == 1:
+            return vcd
+        p = Path(vcd)
+        return str(p.with_name(f"{p.stem}.seg{segment}{p.suffix}"))
+
+    def _run_rtl(self, mem: bytearray, io: dict, vcd: str | None = None):
         from hwc.sim.rtl import run_rtl
 
         if not self.tile_v:
@@ -431,7 +440,7 @@ class TileArtifact(Artifact):
         out_regions = [(t["dram"], -(-t["c"] // self.target["array"]["rows"]) * t["h"] * t["w"]
                         * self.target["array"]["rows"]) for t in io["outputs"]]
         return run_rtl(self.target, self.tile_v, b"", bytes(mem), io["prog_offset"] // isa.INSN_BYTES, out_regions,
-                       vcd=getattr(self, "vcd", None))
+                       vcd=vcd)
 
     # ---- files -------------------------------------------------------------------------------
     def _write(self, folder: Path) -> None:

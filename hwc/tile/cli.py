@@ -67,7 +67,9 @@ def cmd_sim(args) -> int:
                   f"{'==' if same else '!='} Python model; cycles {'==' if same_cycles else '!='} Python model "
                   f"({model_run['cycles']:,})")
         if args.vcd:
-            out.print(f"waveform: {args.vcd}")
+            segs = len(art.info["tile"]["segments"])
+            out.print(f"waveform: {args.vcd}" if segs == 1 else
+                      f"waveforms, one per tile segment: {', '.join(art.vcd_path(k) for k in range(segs))}")
         ok = ok and same and same_cycles
     rep = art.report
     size = f"{art.target['array']['rows']}x{art.target['array']['cols']}"
