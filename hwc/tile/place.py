@@ -291,8 +291,12 @@ class Placement:
             self.load_group(self.weighted[0], Wait.NONE)
         for gi, g in enumerate(cg.groups):
             self._group(gi, g)
+        # the rest of the first group's pieces; an input chunk no instruction reads (the last row of an odd-sized
+        # input under a stride-2 window) is not loaded at all: here, at the end, its lines may be another tensor's
+        needed = {d for g in cg.groups for e in g.compute for d in e.needs | self.extra.get(id(e), frozenset())}
         for d in self.order:
-            self.load_chunk(d)
+            if d in needed or d in self.pieces:
+                self.load_chunk(d)
         self.flush()
         first_wait = Wait.COMPUTE | (Wait.POST if cg.post_unit else Wait.NONE)
         for k, (name, cb) in enumerate(d for d in self.store_order if d not in self.stored):

@@ -1227,6 +1227,22 @@ def test_depthwise_in_the_post_processing_of_pairs_wider_than_the_row_buffers(w)
     assert sum(1 for layer in art.report["layers"] if layer.get("dw_post")) == 1
 
 
+def test_an_input_row_no_window_reads_is_not_loaded():
+    """A 2x2 stride-2 pool over 19 rows reads 18: the last row's input chunk has no reader. It was loaded at the
+    end of the program, over lines the output lived in by then (found by a random-graph probe: the last row of the
+    output wrong). Exact; the input's LOADs cover the 18 rows read only."""
+    from hwc import isa
+
+    b = QBuilder(seed=142313)
+    x = b.input("x", (1, 32, 19, 16), zp=5)
+    y = b.avgpool(x, 2, 2)
+    y = b.conv(y, 32, k=1, pads=[0] * 4, group=32)
+    g = b.output(b.add(y, b.conv(y, 32, k=3), relu=True))
+    art = check_exact(g, TARGETS["tile32x32"])
+    act_loads = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.LOAD and i.get("mem") == int(isa.Mem.ACT)]
+    assert sum(i.get("rows") * i.get("row_beats") for i in act_loads) == 18 * 16
+
+
 def test_depthwise_in_the_post_processing_at_most_eight_pixels_a_block_line():
     """A 2-channel tensor stacks 16 pixels a line on tile32x32; padded to 32 channels for a stride-2 depthwise
     layer's PPU.dw, its producer's GEMMs would write every 16th accumulator line, past GEMM.acc_si's 15 (a crash
