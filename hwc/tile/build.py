@@ -36,7 +36,8 @@ from hwc.tile.layers import (
 
 
 def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True, double_buffer: bool = True,
-             pin: list[dict] | None = None, jobs: int | None = None) -> list[tuple[TilePlan, TileProgram, dict]]:
+             pin: list[dict] | None = None, jobs: int | None = None,
+             cache: dict | None = None) -> list[tuple[TilePlan, TileProgram, dict]]:
     """Partition the int8 graph and generate one tile program per tile segment, with the choices made
     (im2col, tiling and load policies: `pin`, a previous build's report["schedule"], repeats them: an
     ablation then changes one thing only). A thin first layer is built both with and without the host
@@ -44,12 +45,22 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
     alignments (`layers.space_to_depth`): the cycle model keeps the fastest. The candidates are generated
     and timed in `jobs` processes (`search_jobs`); the result does not depend on it.
 
-    Segment k's data and program follow segment k-1's in external memory (one address space)."""
+    Segment k's data and program follow segment k-1's in external memory (one address space). `cache`: a dict
+    kept across calls on rewrites of one graph (`bands.fit_act`): a segment the same as one scheduled before (its
+    layers, tensors, DRAM base and pin) is not scheduled again."""
     n = target["array"]["rows"]
     out = []
     base = 0
     for k, plan in enumerate(partition(g, n)):
         fixed = pin[k] if pin and k < len(pin) else None
+        key = _segment_key(plan, base, fixed, im2col, stack, double_buffer) if cache is not None else None
+        if key in (cache or {}):
+            done, prog, choice = cache[key]
+            done = dataclasses.replace(done, graph=g, pre=plan.pre, post=plan.post, decisions=plan.decisions)
+            out.append((done, prog, choice))
+            end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
+            base = -(-end // 64) * 64
+            continue
         starts = []   # (plan with stacking applied, im2col, shift tried, flat): the variants, in order of preference
         # flat: with features.dw_post, the inputs of depthwise layers PPU.dw could take laid out for it
         # (`layers.dw_post_flat`), which may unstack the layers around them too: all of them (True), or only those
@@ -114,9 +125,22 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
             prog = dataclasses.replace(prog, program=isa.from_bytes(prog.program))
         kinds = {how.get("kind", True) for how in plan.im2col.values()}
         out.append((plan, prog, dict(choice, im2col="rows" if "rows" in kinds else bool(kinds))))
+        if cache is not None:
+            cache[key] = out[-1]
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
         base = -(-end // 64) * 64
     return out
+
+
+def _segment_key(plan: TilePlan, base: int, fixed, *flags) -> str:
+    """What a segment's schedule depends on besides the target: its layers (names, kinds, windows, the tensors they
+    read and write: a band's node keeps its name across rewrites, its rows and pads change), its tensors' shapes
+    and zero points, its inputs and outputs, its DRAM base and pin (weights: by node name, unchanged by rewrites)."""
+    layers = [(type(x).__name__, x.name, getattr(x, "src", None), getattr(x, "a", None), x.dst,
+               getattr(x, "strides", None), getattr(x, "pads", None), getattr(x, "kernel", None))
+              for x in plan.layers]
+    tensors = sorted((t.name, t.c, t.h, t.w, t.zp, tuple(t.graph_shape)) for t in plan.tensors.values())
+    return repr((layers, tensors, plan.inputs, plan.outputs, sorted(plan.aliases.items()), base, fixed, flags))
 
 
 #: The candidate search runs in worker processes for a segment of at least this many ideal cycles (MACs / array
@@ -474,8 +498,10 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
 
     # activations larger than ACT: the graph rewritten into row bands and cut segments (hwc.tile.bands)
     source = graph
+    cache: dict = {}   # (segments unchanged by a rewrite are not scheduled again)
     graph, segments, fit = fit_act(graph, target, lambda g: schedule(g, target, im2col=im2col, stack=stack,
-                                                                     double_buffer=double_buffer, pin=pin))
+                                                                     double_buffer=double_buffer, pin=pin,
+                                                                     cache=cache))
     ios, programs, consts, reports, memory_maps = [], [], [], [], []
     for plan, prog, _ in segments:
         io = tile_io(plan, prog)

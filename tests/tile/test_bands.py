@@ -234,3 +234,24 @@ def test_sim_of_a_banded_build_writes_a_waveform_per_segment(tmp_path, capsys):
     files = sorted(p.name for p in tmp_path.glob("w*.vcd"))
     assert files == [f"w.seg{k}.vcd" for k in range(segs)], files
     assert all("$timescale" in (tmp_path / f).read_text(errors="replace")[:5000] for f in files)
+
+
+def test_segments_scheduled_once_across_rewrites_give_the_same_build(monkeypatch):
+    """`fit_act` reschedules after each rewrite; segments unchanged by it come from a cache (`schedule(cache=)`).
+    Bands and cuts over several rounds: the same program, DRAM image and report as without the cache."""
+    import hwc.tile.build as tb
+
+    t = small_act(T8, 1024)
+    b = QBuilder(seed=6)
+    x = b.input("x", (1, 8, 26, 14), zp=2)
+    y = b.conv(x, 8, relu=True)
+    z = b.conv(y, 8, k=1, pads=[0] * 4)
+    y = b.add(y, b.conv(z, 8))
+    g = b.output(b.conv(b.maxpool(y), 16))
+    cached = check_exact(g, t)
+    assert len(cached.report["act_fit"]["bands"]) + len(cached.report["act_fit"]["cuts"]) >= 2, \
+        cached.report["act_fit"]
+    plain = tb.schedule
+    monkeypatch.setattr(tb, "schedule", lambda *a, cache=None, **k: plain(*a, **k))
+    fresh = check_exact(g, t)
+    assert (cached.program, cached.const, cached.report) == (fresh.program, fresh.const, fresh.report)
