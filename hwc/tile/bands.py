@@ -30,6 +30,7 @@ measurements in docs/tile-v2.md, "Activations larger than ACT".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,6 +77,7 @@ class Fit:
     chains: dict[str, list[str]] = field(default_factory=dict)
     cuts: list[str] = field(default_factory=list)
     dw_post: bool = False   # the target computes a conv and the depthwise layer after it in one pass (PPU.dw)
+    solo: set[str] = field(default_factory=set)   # layers banded alone: their chain did not fit in one-row bands
 
     def as_report(self) -> dict:
         return {"bands": {_label(self.chains[k]): v for k, v in sorted(self.bands.items())}, "cuts": list(self.cuts)}
@@ -144,7 +146,10 @@ def _band_rows(g: Graph, nodes: list, bands: int, keep_pads: bool = False) -> li
             cuts.append(y)                    # more, joins the next)
     if cuts[-1] != ho:   # (or the one before, at the bottom)
         cuts[-1:] = [ho] if len(cuts) > 1 else [0, ho]
-    return [ranges(cuts[b], cuts[b + 1]) for b in range(len(cuts) - 1)]
+    plan = [ranges(cuts[b], cuts[b + 1]) for b in range(len(cuts) - 1)]
+    # (None: even the whole output needs rows of a layer that read padding only, which a band's input Slice cannot
+    # hold: the chain cannot be banded)
+    return None if any(p is None for p in plan) else plan
 
 
 def _ppu_dw_pair(g: Graph, nodes: list) -> bool:
@@ -194,6 +199,8 @@ def _recompute(g: Graph, nodes: list, bands: int, dw_post: bool = False) -> floa
     if not total:
         return 0.0
     plan = _band_rows(g, nodes, bands, keep_pads=dw_post and _ppu_dw_pair(g, nodes))
+    if plan is None:
+        return math.inf
     rows = [sum(r[k][0][1] - r[k][0][0] for r in plan) for k in range(len(nodes))]
     extra = sum(_macs(g, nd) * (rows[k] / g.type(nd.outputs[0]).shape[2] - 1) for k, nd in enumerate(nodes))
     return extra / total
@@ -211,6 +218,9 @@ def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False) ->
     data_in = [0, 1] if nodes[0].op == "QAdd" else [0]
 
     plan = _band_rows(g, nodes, bands, keep_pads=dw_post and _ppu_dw_pair(g, nodes))
+    if plan is None:
+        raise UnsupportedError(f"the layers {_label(names)!r} cannot be split into row bands: a band would need rows "
+                               f"of {names[0]!r} that read its padding only", list(names))
     for node in nodes:
         g.nodes.remove(node)
     new, parts = [], []
@@ -291,7 +301,8 @@ def recomputed_macs(g: Graph, banded: Graph) -> int:
             - sum(_macs(g, nd) for nd in g.nodes if nd.name in chains))
 
 
-def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool = False) -> list[str]:
+def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool = False,
+           solo: set[str] = frozenset()) -> list[str]:
     """The chain of layers to band around layer `big`: the layers before and after it, in the same segment, that each
     read only the one before (which nothing else reads) and are large too (each reads and writes more than half of
     `room`): computed band by band together, they stay in one segment (a convolution and the depthwise layer after
@@ -306,6 +317,8 @@ def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool =
                 and len(consumers.get(out, [])) == 1)
 
     def joins(x, after):   # a large layer, or a depthwise one after the chain (PPU.dw computes it with the conv)
+        if x in solo:
+            return False
         nd = nodes[x]
         dw = nd.op == "QConv" and nd.attrs["group"] > 1 and nd.attrs["group"] == g.type(nd.inputs[0]).shape[1]
         return x in sizes and (sizes[x] > room // 2 or (after and dw))
@@ -351,12 +364,17 @@ def fit_act(g: Graph, target: dict, schedule):
         if heads:   # a band of a chain overflows alone: more bands
             (head,) = heads
             k = fit.bands[head]
-            fit.bands[head] = _more_bands(g, fit, head, max(k + 1, -(-k * err.need // room)), err)
+            if len(fit.chains[head]) > 1 and k >= _rows(g, fit.chains[head][-1]):
+                # (one-row bands of a chain still overflow: its layers are banded one by one instead)
+                fit.solo.update(fit.chains.pop(head))
+                del fit.bands[head]
+            else:
+                fit.bands[head] = _more_bands(g, fit, head, max(k + 1, -(-k * err.need // room)), err)
         else:
             cands = {x: v for x, v in sizes.items() if nodes[x].op in BANDABLE}
             big = max(cands, key=lambda x: (cands[x], x), default=None)
             if big is not None and (len(sizes) == 1 or cands[big] > room // 2):
-                chain = _chain(cur, big, sizes, room, fit.dw_post)
+                chain = [big] if big in fit.solo else _chain(cur, big, sizes, room, fit.dw_post, fit.solo)
                 fit.chains[chain[0]] = chain
                 fit.bands[chain[0]] = _more_bands(g, fit, chain[0], max(2, -(-max(sizes[x] for x in chain) // room)),
                                                   err)
@@ -372,12 +390,17 @@ def fit_act(g: Graph, target: dict, schedule):
                            f"cut segments ({describe(fit.as_report())}): {err}", err.items) from err
 
 
+def _rows(g: Graph, name: str) -> int:
+    shape = g.type(next(nd for nd in g.nodes if nd.name == name).outputs[0]).shape
+    return shape[2] if len(shape) == 4 else 1
+
+
 def _more_bands(g: Graph, fit: Fit, head: str, k: int, err: ActOverflow) -> int:
     """k bands of the chain starting at node `head` (at most one per output row), or the clear error when it has as
     many already."""
     last = next(nd for nd in g.nodes if nd.name == fit.chains[head][-1])
     shape = g.type(last.outputs[0]).shape
-    rows = shape[2] if len(shape) == 4 else 1
+    rows = _rows(g, last.name)
     if fit.bands.get(head, 1) >= rows:
         what = (f"layer {head!r} ({last.op}, output {list(shape)})" if len(fit.chains[head]) == 1 else
                 f"the layers {_label(fit.chains[head])!r} (output {list(shape)})")

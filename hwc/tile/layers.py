@@ -614,9 +614,10 @@ def dw_post_pairs(plan: TilePlan) -> dict[int, ConvLayer]:
     out = {}
     for i in range(len(layers) - 1):
         conv, dw = layers[i], layers[i + 1]
+        # (a conv of one channel to one is a depthwise layer to the scheduler, GEMM.dw: not a PPU.dw producer)
         if not (isinstance(conv, ConvLayer) and isinstance(dw, ConvLayer) and dw.src == conv.dst
                 and conv.group == 1 and conv.op == "QConv" and readers[conv.dst] == 1
-                and conv.dst not in plan.outputs):
+                and conv.dst not in plan.outputs and (conv.plain or conv).weight.shape[:2] != (1, 1)):
             continue
         d = dw.plain or dw   # (a stacked one as it was: PPU.dwf takes it whole, Codegen._fusable_dws)
         m, c, kh, kw = d.weight.shape

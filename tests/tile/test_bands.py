@@ -84,8 +84,12 @@ def test_row_bands_compute_the_layers_bits(case):
     g = b.output(y)
     rows = g.type(y).shape[2]
     # (dw_post: a chain ending in a conv and a 3x3 depthwise layer keeps the latter's pads, `bands._edge_rows`)
-    banded = rewrite(g, Fit(bands={chain[0]: min(case["bands"], rows)}, chains={chain[0]: chain},
-                            dw_post=case["dw_post"]))
+    try:
+        banded = rewrite(g, Fit(bands={chain[0]: min(case["bands"], rows)}, chains={chain[0]: chain},
+                                dw_post=case["dw_post"]))
+    except UnsupportedError as e:   # a chain whose first layer's needed rows read padding only: refused, not wrong
+        assert len(chain) > 1 and "cannot be split into row bands" in str(e), e
+        return
     verify(banded)
     made = sum(n.name.startswith(f"{chain[-1]}.band") and n.op not in ("Slice", "Concat") for n in banded.nodes)
     # (fewer only where a band's window would be all padding: a pad of a stride or more joins it to its neighbour)
@@ -255,3 +259,18 @@ def test_segments_scheduled_once_across_rewrites_give_the_same_build(monkeypatch
     monkeypatch.setattr(tb, "schedule", lambda *a, cache=None, **k: plain(*a, **k))
     fresh = check_exact(g, t)
     assert (cached.program, cached.const, cached.report) == (fresh.program, fresh.const, fresh.report)
+
+
+def test_a_chain_that_overflows_in_one_row_bands_is_banded_layer_by_layer():
+    """A chain's one-row bands can still overflow a small ACT (each band holds all its layers' rows) where its
+    layers banded one by one fit: then they are (found by a random-graph probe, which got 'does not fit ACT even in
+    row bands of one output row each')."""
+    t = small_act(T32, 256)
+    b = QBuilder(seed=264056)
+    x = b.input("x", (1, 32, 29, 29), zp=18)
+    y = b.conv(x, 32, k=1, pads=[0] * 4, relu=True)
+    y = b.conv(y, 32, k=3, stride=2, group=32, relu=True)
+    y = b.conv(y, 38, k=3, relu=True)
+    g = b.output(b.conv(y, 38, k=3, group=38, relu=True))
+    art = check_exact(g, t)
+    assert all(".." not in k for k in art.report["act_fit"]["bands"]) or len(art.report["act_fit"]["bands"]) > 1

@@ -1434,3 +1434,15 @@ def test_prefetched_weights_on_random_graphs(seed):
         assert bad == [], bad
         shared += k
     assert shared, "no LOAD into a bank still in use: the probe probes nothing"
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+@pytest.mark.parametrize("h", [5, 6, 7, 9])
+def test_a_one_channel_conv_before_a_one_channel_depthwise_layer(target, h):
+    """A 3x3 conv of one channel to one is a depthwise layer to the scheduler (GEMM.dw), not a PPU.dw producer: paired
+    with the one-channel depthwise layer after it, every output was wrong (a random-graph probe). Exact."""
+    t = tile_variant(TARGETS[target], dw_post=True)
+    b = QBuilder(seed=684405 + h)
+    x = b.input("x", (1, 1, h, 6), zp=18)
+    g = b.output(b.conv(b.conv(x, 1, k=3), 1, k=3))
+    check_exact(g, t)
