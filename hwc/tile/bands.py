@@ -404,6 +404,9 @@ def _more_bands(g: Graph, fit: Fit, head: str, k: int, err: ActOverflow) -> int:
     if fit.bands.get(head, 1) >= rows:
         what = (f"layer {head!r} ({last.op}, output {list(shape)})" if len(fit.chains[head]) == 1 else
                 f"the layers {_label(fit.chains[head])!r} (output {list(shape)})")
-        raise UnsupportedError(f"{what} do{'es' * (len(fit.chains[head]) == 1)} not fit ACT even in row bands of one "
-                               f"output row each: {err}", [head]) from err
+        raise UnsupportedError(
+            f"{what} do{'es' * (len(fit.chains[head]) == 1)} not fit ACT even in row bands of one output row each: "
+            f"such a band needs {err.need} ACT lines (the input rows its windows read, padded, and its output row, in "
+            f"blocks of N channels) and the target has {err.have} (scratchpad.act_lines). Use a target with more "
+            f"act_lines, or a model with narrower rows or fewer channels there.", [head]) from err
     return min(k, rows)

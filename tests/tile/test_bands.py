@@ -166,7 +166,8 @@ def test_a_layer_too_large_even_in_one_row_bands_is_a_clear_error():
     x = b.input("x", (1, 64, 4, 2100), zp=0)
     g = b.output(b.conv(x, 64))
     with pytest.raises(UnsupportedError, match=r"layer 'qconv' \(QConv, output \[1, 64, 4, 2100\]\) does not fit "
-                                               r"ACT even in row bands of one output row each: .*need \d+ ACT lines"):
+                                               r"ACT even in row bands of one output row each: such a band needs "
+                                               r"\d+ ACT lines .* the target has 16384 \(scratchpad.act_lines\)"):
         build_tile(g, T8, hdl=False)
 
 
