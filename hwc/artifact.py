@@ -96,6 +96,9 @@ class Artifact:
         self.info = info or {}
         self.inputs = io_spec(graph, graph.inputs)
         self.outputs = io_spec(graph, graph.outputs)
+        from hwc.quant.build import quantized_inputs
+
+        self.quantized = quantized_inputs(graph)   # inputs an int8 graph turns into codes: checked for NaN in `run`
 
     # ---- running ------------------------------------------------------------------
     def run(self, feeds: dict[str, np.ndarray], engine: str = "auto") -> dict[str, np.ndarray]:
@@ -104,11 +107,9 @@ class Artifact:
             raise UserError(f"Engine {engine!r} is not available for target {self.target['name']!r}; "
                             f"choose one of {', '.join(self.engines)}.")
         feeds, n = check_feeds(feeds, self.inputs)
-        from hwc.quant.build import check_quantized_inputs, quantized_inputs
+        from hwc.quant.build import check_quantized_inputs
 
-        if getattr(self, "_quantized", None) is None:   # (an int8 graph's inputs that become int8 codes: no NaN)
-            self._quantized = quantized_inputs(self.graph)
-        check_quantized_inputs(feeds, self._quantized)
+        check_quantized_inputs(feeds, self.quantized)
         if n is None:
             return self._run_one(feeds, engine)
         results = [self._run_one({k: v[i] for k, v in feeds.items()}, engine) for i in range(n)]
@@ -144,9 +145,7 @@ class Artifact:
         except OSError as e:
             raise UserError(f"Cannot create the output folder {str(path)!r}: {e.strerror} ({e.filename}). Choose a "
                             f"writable -o.") from None
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o777 & ~mask)   # (mkdtemp makes it 0700: the folder gets the usual permissions)
+        _usual_mode(tmp, 0o777)   # (mkdtemp makes it 0700)
         try:
             self._write(tmp)
             _write_json(tmp / "model.json", self.model_json())
@@ -189,13 +188,18 @@ def write_output(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)   # (mkstemp makes it 0600)
+        _usual_mode(tmp, 0o666)   # (mkstemp makes it 0600)
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _usual_mode(path, mode: int) -> None:
+    """Give a file or folder made by tempfile the permissions `mode` under the process's umask, as open() would."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, mode & ~mask)
 
 
 def _write_json(path: Path, doc: Any) -> None:

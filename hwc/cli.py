@@ -120,7 +120,7 @@ def _check_target(args) -> int:
         from hwc.tile.bands import describe
 
         if describe(rep.get("act_fit")):
-            out.print(f"  {describe(rep['act_fit'])}", markup=False)
+            out.print(f"  activations larger than ACT: {describe(rep['act_fit'])}", markup=False)
     else:
         out.print(f"{kind}: builds.")
     return 0
@@ -143,11 +143,10 @@ def cmd_build(args) -> int:
     if "cycles" in rep:
         out.print(f"  {rep['cycles']:,} cycles ({rep['time_us_at_clock']:.1f} us at {art.target['clock_mhz']} MHz), "
                   f"MAC utilization {rep['utilization']:.1%}, weight loads {rep['weight_load_hidden']:.0%} hidden")
-    if rep.get("act_fit"):
-        from hwc.tile.bands import describe
+    from hwc.tile.bands import describe
 
-        if describe(rep["act_fit"]):
-            out.print(f"  {describe(rep['act_fit'])}; {rep['segments']} tile segments")
+    if describe(rep.get("act_fit")):
+        out.print(f"  activations larger than ACT: {describe(rep['act_fit'])}; {rep['segments']} tile segments")
     for io, label in ((art.inputs, "input"), (art.outputs, "output")):
         for i in io:
             out.print(f"  {label} {i['name']}: {i['dtype']}[{_fmt_shape(i['shape'])}]")

@@ -153,7 +153,7 @@ def quantize(x: np.ndarray, scale: float, zero_point: int, lo: int = INT8_MIN, h
     range (|x / scale| > 9.2e18, or inf) would wrap to INT64_MIN and saturate to lo even
     when positive. +inf and huge values give hi, -inf and huge negative values lo, and NaN
     gives lo: what the compiled CPU code does (hwc.backends.cpu.kernels.int8._quantize).
-    (A CPU run rejects NaN in a model input before that: `build.check_quantized_inputs`.)
+    (A run rejects NaN in a model input before that, on every target: `build.check_quantized_inputs`.)
     """
     zero_point = np.asarray(zero_point, dtype=np.int64)
     with np.errstate(over="ignore", invalid="ignore"):   # (huge / scale -> inf: saturated below)

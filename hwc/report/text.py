@@ -60,11 +60,10 @@ def summary(rep: dict) -> Table:
                   f"first weights in pieces {'yes' if ch.get('split') else 'no'}, "
                   f"bus-bound weight groups grown {'yes' if ch.get('bus_groups') else 'no'}, "
                   f"weights prefetched {'yes' if ch.get('prefetch') else 'no'}")
-    if rep.get("act_fit"):
-        from hwc.tile.bands import describe
+    from hwc.tile.bands import describe
 
-        if describe(rep["act_fit"]):
-            t.add_row("activations larger than ACT", describe(rep["act_fit"]).split(": ", 1)[1])
+    if describe(rep.get("act_fit")):
+        t.add_row("activations larger than ACT", describe(rep["act_fit"]))
     mem = rep.get("memory", {})
     if "peak_bytes" in mem:
         t.add_row("activation memory: peak / lower bound / no sharing",

@@ -33,10 +33,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from hwc.errors import UnsupportedError
 from hwc.ir.graph import Graph, QuantParams
+from hwc.report.events import node_macs
 
 #: A chain's first band count: its largest layer's ACT lines (input + output, as the scheduler laid them out) over
 #: this share of ACT (a band that still overflows gets more bands).
@@ -88,7 +87,7 @@ def _label(chain: list[str]) -> str:
 
 
 def describe(act_fit: dict | None) -> str | None:
-    """One line for a report's `act_fit` (None when the activations fit ACT whole)."""
+    """What a report's `act_fit` did, in a line (None when the activations fit ACT whole)."""
     if not act_fit or not (act_fit["bands"] or act_fit["cuts"]):
         return None
     parts = []
@@ -96,7 +95,7 @@ def describe(act_fit: dict | None) -> str | None:
         parts.append("in row bands: " + ", ".join(f"{k} ({v})" for k, v in act_fit["bands"].items()))
     if act_fit["cuts"]:
         parts.append("segments cut before " + ", ".join(act_fit["cuts"]))
-    return "activations larger than ACT: " + "; ".join(parts) + " (the host moves the rows between segments)"
+    return "; ".join(parts) + " (the host moves the rows between segments)"
 
 
 def _window(g: Graph, node) -> tuple[int, int, int, int, int]:
@@ -186,23 +185,16 @@ def _rows_out(g: Graph, node, rows_in: int) -> int:
     return (rows_in + pt + pb - (kh - 1) * dh - 1) // sh + 1
 
 
-def _macs(g: Graph, node) -> int:
-    """A node's MACs as the tile layers count them (a QConv's; pooling and adds: 0)."""
-    if node.op != "QConv":
-        return 0
-    return int(np.prod(g.type(node.outputs[0]).shape)) * int(np.prod(g.const(node.inputs[1]).shape[1:]))
-
-
 def _recompute(g: Graph, nodes: list, bands: int, dw_post: bool = False) -> float:
     """The share of a chain's MACs its bands compute twice (the halo rows)."""
-    total = sum(_macs(g, nd) for nd in nodes)
+    total = sum(node_macs(g, nd) for nd in nodes)
     if not total:
         return 0.0
     plan = _band_rows(g, nodes, bands, keep_pads=dw_post and _ppu_dw_pair(g, nodes))
     if plan is None:
         return math.inf
     rows = [sum(r[k][0][1] - r[k][0][0] for r in plan) for k in range(len(nodes))]
-    extra = sum(_macs(g, nd) * (rows[k] / g.type(nd.outputs[0]).shape[2] - 1) for k, nd in enumerate(nodes))
+    extra = sum(node_macs(g, nd) * (rows[k] / g.type(nd.outputs[0]).shape[2] - 1) for k, nd in enumerate(nodes))
     return extra / total
 
 
@@ -232,15 +224,8 @@ def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False) ->
                 inputs[0] = prev
             else:
                 for j in data_in:
-                    src = node.inputs[j]
-                    shape = g.type(src).shape
-                    sl = g.make_node("Slice", [src], {"starts": [0, 0, i0, 0], "ends": [shape[0], shape[1], i1,
-                                                                                         shape[3]],
-                                                      "steps": [1, 1, 1, 1]},
-                                     name=g.fresh(f"{names[0]}.band{b}.in{j}"), index=at + len(new))
-                    g.values[sl.outputs[0]].quant = _copy_quant(g.values[src].quant)
-                    inputs[j] = sl.outputs[0]
-                    new.append(sl)
+                    new.append(_slice_rows(g, node.inputs[j], i0, i1, f"{names[0]}.band{b}.in{j}", at + len(new)))
+                    inputs[j] = new[-1].outputs[0]
             attrs = dict(node.attrs)
             if "pads" in attrs:
                 p = list(attrs["pads"])
@@ -252,14 +237,8 @@ def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False) ->
             new.append(bn)
             prev = bn.outputs[0]
             if keep is not None and keep != (0, rows[1] - rows[0]):   # (the extra rows of a node keeping its pads)
-                shape = g.type(prev).shape
-                sl = g.make_node("Slice", [prev], {"starts": [0, 0, keep[0], 0],
-                                                   "ends": [shape[0], shape[1], keep[1], shape[3]],
-                                                   "steps": [1, 1, 1, 1]},
-                                 name=g.fresh(f"{node.name}.band{b}.keep"), index=at + len(new))
-                g.values[sl.outputs[0]].quant = _copy_quant(g.values[prev].quant)
-                new.append(sl)
-                prev = sl.outputs[0]
+                new.append(_slice_rows(g, prev, *keep, f"{node.name}.band{b}.keep", at + len(new)))
+                prev = new[-1].outputs[0]
         parts.append(prev)
     for node in nodes[:-1]:
         del g.values[node.outputs[0]]
@@ -271,6 +250,15 @@ def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False) ->
     g.values[out] = v
     cat.outputs[0] = out
     return [nd.name for nd in new if nd.op != "Slice"]
+
+
+def _slice_rows(g: Graph, src: str, r0: int, r1: int, name: str, index: int):
+    """A Slice node (inserted at `index`) of rows [r0, r1) of the [1, C, H, W] tensor `src`, quantized alike."""
+    shape = g.type(src).shape
+    sl = g.make_node("Slice", [src], {"starts": [0, 0, r0, 0], "ends": [shape[0], shape[1], r1, shape[3]],
+                                      "steps": [1, 1, 1, 1]}, name=g.fresh(name), index=index)
+    g.values[sl.outputs[0]].quant = _copy_quant(g.values[src].quant)
+    return sl
 
 
 def _copy_quant(q: QuantParams | None) -> QuantParams | None:
@@ -297,8 +285,8 @@ def recomputed_macs(g: Graph, banded: Graph) -> int:
     model's MACs, which utilization counts, are the unbanded graph's."""
     bands = banded.metadata.get("tile_bands", {})
     chains = {x for h in {v["head"] for v in bands.values()} for x in banded.metadata["tile_chains"][h]}
-    return (sum(_macs(banded, nd) for nd in banded.nodes if nd.name in bands)
-            - sum(_macs(g, nd) for nd in g.nodes if nd.name in chains))
+    return (sum(node_macs(banded, nd) for nd in banded.nodes if nd.name in bands)
+            - sum(node_macs(g, nd) for nd in g.nodes if nd.name in chains))
 
 
 def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool = False,
@@ -319,9 +307,7 @@ def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool =
     def joins(x, after):   # a large layer, or a depthwise one after the chain (PPU.dw computes it with the conv)
         if x in solo:
             return False
-        nd = nodes[x]
-        dw = nd.op == "QConv" and nd.attrs["group"] > 1 and nd.attrs["group"] == g.type(nd.inputs[0]).shape[1]
-        return x in sizes and (sizes[x] > room // 2 or (after and dw))
+        return x in sizes and (sizes[x] > room // 2 or (after and _depthwise(g, nodes[x])))
 
     def cheap(chain):   # its bands compute few rows twice
         k = max(2, -(-max(sizes[x] for x in chain) // room))

@@ -56,80 +56,86 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
         key = _segment_key(plan, base, fixed, im2col, stack, double_buffer) if cache is not None else None
         if key in (cache or {}):
             done, prog, choice = cache[key]
-            done = dataclasses.replace(done, graph=g, pre=plan.pre, post=plan.post, decisions=plan.decisions)
-            out.append((done, prog, choice))
-            end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
-            base = -(-end // 64) * 64
-            continue
-        starts = []   # (plan with stacking applied, im2col, shift tried, flat): the variants, in order of preference
-        # flat: with features.dw_post, the inputs of depthwise layers PPU.dw could take laid out for it
-        # (`layers.dw_post_flat`), which may unstack the layers around them too: all of them (True), or only those
-        # of N channels ("blocks"; the thinner ones stacked, for PPU.dwf), beside the default stacking
-        pairs, only_pairs = dw_post_flat(plan, target) if stack else ({}, frozenset())
-        mids = frozenset(pairs) - only_pairs
-        blocks = frozenset(m for m in mids if plan.tensors[m].c == n)
-        # (and thin ones of a stride-2 depthwise layer, which PPU.dwf does not take stacked, padded to N channels)
-        thin2 = frozenset(m for m in mids if plan.tensors[m].c < n and (pairs[m].plain or pairs[m]).strides == (2, 2))
-        # ("pairs": those thin ones stacked, their blocks of two pixels written in pixel order, PPU.dwf = 1; rows of
-        # up to twice the row buffers' positions)
-        halves = frozenset(m for m in thin2 | only_pairs if 2 * plan.tensors[m].c == n)
-        flats = [(False, frozenset(), frozenset(), frozenset()), (True, mids, frozenset(), frozenset()),
-                 ("blocks", blocks | thin2, thin2, frozenset()), ("pairs", blocks | halves, frozenset(), halves)]
-        flats = [x for x in flats if x[0] is False or (x[1] and (x[0] != "pairs" or halves))]
-        if fixed is not None:
-            flats = [next((x for x in flats if x[0] == fixed.get("flat", False)), flats[0])]
-        # expand: the host im2col of a thin first layer (True), of its rows into stacked outputs ("rows"), or none
-        for expand in ([True, "rows", False] if im2col else [False]):
-            if fixed is not None and expand != fixed["im2col"]:
-                continue
-            start = copy.deepcopy(plan)
-            if expand is True and not im2col_first_layer(start, n, target["scratchpad"]["act_lines"]):
-                continue  # no thin first layer to expand
-            if expand == "rows" and not stack:
-                continue
-            layouts = set()
-            for flat_kind, flat, padded, loose in flats:
-                for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
-                    p = copy.deepcopy(start)
-                    if stack:
-                        space_to_depth(p, n, shift=shift, flat=flat, padded=padded, loose=loose)
-                    if expand == "rows" and not im2row_first_layer(p, start, n, target["scratchpad"]["act_lines"]):
-                        continue  # no thin first layer with a stacked output
-                    layout = (tuple((name, t.s2d, t.shift, t.c) for name, t in sorted(p.tensors.items())),
-                              tuple(getattr(layer, "plain", None) is None for layer in p.layers))
-                    if layout in layouts:
-                        break  # the same build as one already tried (nothing to shift, or nothing kept flat)
-                    layouts.add(layout)
-                    used = any(t.shift for t in p.tensors.values())
-                    starts.append((p, expand, shift, used, flat_kind))
-                    if not used:
-                        break  # nothing to shift: the other build is the same
-        variants = []
-        for (_, expand, shift, used, flat), found in zip(starts, _search(starts, target, double_buffer, base, fixed,
-                                                                         jobs)):
-            if isinstance(found, UnsupportedError):
-                if not variants and not expand and not shift and not flat:
-                    raise found
-                continue
-            variants += [(c, bp, prog, dict(choice, shift=used, flat=flat)) for c, bp, prog, choice in found]
-        if not variants:  # a pinned im2col that does not apply here
-            p = copy.deepcopy(plan)
-            if stack:
-                space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")), flat=flats[0][1], padded=flats[0][2],
-                           loose=flats[0][3])
-            used = any(t.shift for t in p.tensors.values())
-            variants += [(c, bp, prog, dict(choice, shift=used, flat=flats[0][0]))
-                         for c, bp, prog, choice in _programs(p, target, double_buffer, base, fixed)]
-        _, plan, prog, choice = _pick(variants)
-        if isinstance(prog.program, bytes):  # (from a worker process)
-            prog = dataclasses.replace(prog, program=isa.from_bytes(prog.program))
-        kinds = {how.get("kind", True) for how in plan.im2col.values()}
-        out.append((plan, prog, dict(choice, im2col="rows" if "rows" in kinds else bool(kinds))))
-        if cache is not None:
-            cache[key] = out[-1]
+            out.append((dataclasses.replace(done, graph=g, pre=plan.pre, post=plan.post, decisions=plan.decisions),
+                        prog, choice))
+        else:
+            out.append(_schedule_segment(plan, target, fixed, im2col, stack, double_buffer, base, jobs))
+            if cache is not None:
+                cache[key] = out[-1]
+        prog = out[-1][1]
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
         base = -(-end // 64) * 64
     return out
+
+
+def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: bool, double_buffer: bool,
+                      base: int, jobs) -> tuple[TilePlan, TileProgram, dict]:
+    """One segment's (plan as laid out, program, choices): the fastest of its variants (`schedule`)."""
+    n = target["array"]["rows"]
+    starts = []   # (plan with stacking applied, im2col, shift tried, flat): the variants, in order of preference
+    # flat: with features.dw_post, the inputs of depthwise layers PPU.dw could take laid out for it
+    # (`layers.dw_post_flat`), which may unstack the layers around them too: all of them (True), or only those
+    # of N channels ("blocks"; the thinner ones stacked, for PPU.dwf), beside the default stacking
+    pairs, only_pairs = dw_post_flat(plan, target) if stack else ({}, frozenset())
+    mids = frozenset(pairs) - only_pairs
+    blocks = frozenset(m for m in mids if plan.tensors[m].c == n)
+    # (and thin ones of a stride-2 depthwise layer, which PPU.dwf does not take stacked, padded to N channels)
+    thin2 = frozenset(m for m in mids if plan.tensors[m].c < n and (pairs[m].plain or pairs[m]).strides == (2, 2))
+    # ("pairs": those thin ones stacked, their blocks of two pixels written in pixel order, PPU.dwf = 1; rows of
+    # up to twice the row buffers' positions)
+    halves = frozenset(m for m in thin2 | only_pairs if 2 * plan.tensors[m].c == n)
+    flats = [(False, frozenset(), frozenset(), frozenset()), (True, mids, frozenset(), frozenset()),
+             ("blocks", blocks | thin2, thin2, frozenset()), ("pairs", blocks | halves, frozenset(), halves)]
+    flats = [x for x in flats if x[0] is False or (x[1] and (x[0] != "pairs" or halves))]
+    if fixed is not None:
+        flats = [next((x for x in flats if x[0] == fixed.get("flat", False)), flats[0])]
+    # expand: the host im2col of a thin first layer (True), of its rows into stacked outputs ("rows"), or none
+    for expand in ([True, "rows", False] if im2col else [False]):
+        if fixed is not None and expand != fixed["im2col"]:
+            continue
+        start = copy.deepcopy(plan)
+        if expand is True and not im2col_first_layer(start, n, target["scratchpad"]["act_lines"]):
+            continue  # no thin first layer to expand
+        if expand == "rows" and not stack:
+            continue
+        layouts = set()
+        for flat_kind, flat, padded, loose in flats:
+            for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
+                p = copy.deepcopy(start)
+                if stack:
+                    space_to_depth(p, n, shift=shift, flat=flat, padded=padded, loose=loose)
+                if expand == "rows" and not im2row_first_layer(p, start, n, target["scratchpad"]["act_lines"]):
+                    continue  # no thin first layer with a stacked output
+                layout = (tuple((name, t.s2d, t.shift, t.c) for name, t in sorted(p.tensors.items())),
+                          tuple(getattr(layer, "plain", None) is None for layer in p.layers))
+                if layout in layouts:
+                    break  # the same build as one already tried (nothing to shift, or nothing kept flat)
+                layouts.add(layout)
+                used = any(t.shift for t in p.tensors.values())
+                starts.append((p, expand, shift, used, flat_kind))
+                if not used:
+                    break  # nothing to shift: the other build is the same
+    variants = []
+    for (_, expand, shift, used, flat), found in zip(starts, _search(starts, target, double_buffer, base, fixed,
+                                                                     jobs)):
+        if isinstance(found, UnsupportedError):
+            if not variants and not expand and not shift and not flat:
+                raise found
+            continue
+        variants += [(c, bp, prog, dict(choice, shift=used, flat=flat)) for c, bp, prog, choice in found]
+    if not variants:  # a pinned im2col that does not apply here
+        p = copy.deepcopy(plan)
+        if stack:
+            space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")), flat=flats[0][1], padded=flats[0][2],
+                       loose=flats[0][3])
+        used = any(t.shift for t in p.tensors.values())
+        variants += [(c, bp, prog, dict(choice, shift=used, flat=flats[0][0]))
+                     for c, bp, prog, choice in _programs(p, target, double_buffer, base, fixed)]
+    _, plan, prog, choice = _pick(variants)
+    if isinstance(prog.program, bytes):  # (from a worker process)
+        prog = dataclasses.replace(prog, program=isa.from_bytes(prog.program))
+    kinds = {how.get("kind", True) for how in plan.im2col.values()}
+    return plan, prog, dict(choice, im2col="rows" if "rows" in kinds else bool(kinds))
 
 
 def _segment_key(plan: TilePlan, base: int, fixed, *flags) -> str:
