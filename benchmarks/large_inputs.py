@@ -29,12 +29,15 @@ def big_act(target: dict, lines: int = 65536) -> dict:
     return validate_tile(doc, f"{target['name']} (act_lines {lines})")
 
 
-def host_bytes(graph) -> int:
-    """Bytes the host copies between segments per inference: the row bands' Slices and Concats (int8)."""
+def host_bytes(art) -> int:
+    """Bytes the host copies per inference for the row bands: the Slices and Concats it runs (int8; those whose rows
+    the next segment's LOADs read where the tile stored them, `hwc.tile.views`, cost it nothing)."""
+    graph = art.graph
     bands = graph.metadata.get("tile_bands", {})
     band_values = {v for nd in graph.nodes if nd.name in bands for v in nd.inputs + nd.outputs}
+    hosted = {d["node"] for d in art.report["partition"] if d["where"] == "host"}
     return sum(int(np.prod(graph.type(nd.outputs[0]).shape)) for nd in graph.nodes
-               if nd.op in ("Slice", "Concat") and set(nd.inputs + nd.outputs) & band_values)
+               if nd.op in ("Slice", "Concat") and set(nd.inputs + nd.outputs) & band_values and nd.name in hosted)
 
 
 def main(argv=None) -> None:
@@ -61,7 +64,7 @@ def main(argv=None) -> None:
             if r["act_fit"]["cuts"]:
                 bands += f"; cuts before {', '.join(r['act_fit']['cuts'])}"
             print(f"| {size}x{size} | {tn} | {r['macs']:,} | {r['cycles']:,} | {r['utilization']:.1%} | {bands} | "
-                  f"{r['segments']} | {host_bytes(art.graph):,} | {whole['cycles']:,} ({whole['utilization']:.1%}) | "
+                  f"{r['segments']} | {host_bytes(art):,} | {whole['cycles']:,} ({whole['utilization']:.1%}) | "
                   f"{r['cycles'] / whole['cycles'] - 1:+.1%} | {build_s:.1f} |", flush=True)
 
 

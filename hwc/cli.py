@@ -117,6 +117,9 @@ def _check_target(args) -> int:
                   f"{len(host)} on the host (besides the input's quantization and the output's dequantization).")
         for d in host:
             out.print(f"  host: {d['node']} ({d['op']}): {d['why']}", markup=False)
+        for d in rep["partition"]:
+            if d["where"] == "dram":   # (hwc.tile.views: rows the tile stored, read in place)
+                out.print(f"  in external memory: {d['node']} ({d['op']}): {d['why']}", markup=False)
         from hwc.tile.bands import describe
 
         if describe(rep.get("act_fit")):

@@ -17,10 +17,11 @@ A tile segment keeps every activation it computes in ACT. When a segment's activ
   residual, many tensors) is cut in two at its middle layer: the tensors live across the cut go to
   external memory and come back as the next segment's inputs.
 
-Slice and Concat run on the host between tile segments (the partition shows them, with the reason),
-so the bands and the cut segments are separate tile programs: each loads its weights and input
-before it computes (the first LOAD is not hidden) and stores its output at the end. The host's copies
-are not in the tile's cycle count; the tile's LOADs and STOREs of the bands are.
+The bands and the cut segments are separate tile programs: each loads its weights and input before it
+computes (the first LOAD is not hidden) and stores its output at the end. A later segment's LOADs read
+the rows where the earlier ones stored them (`hwc.tile.views`: no host work for the Concat of the bands,
+nor across a cut); where the layouts differ, or the rows are the host's (the model input), the host runs
+the Slice or Concat (the partition shows which, with the reason).
 
 The rewrite repeats, with more bands where a band still overflows, until every segment fits, or stops
 with a clear error when a layer does not fit even with one output row per band (or is one the tile

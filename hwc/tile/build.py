@@ -25,6 +25,8 @@ from hwc.tile import host
 from hwc.tile.bands import fit_act, recomputed_macs
 from hwc.tile.codegen import Codegen, TileProgram
 from hwc.tile.layers import (
+    HOST_COPIES,
+    VIEWED,
     TilePlan,
     dw_post_flat,
     host_im2col,
@@ -33,6 +35,7 @@ from hwc.tile.layers import (
     partition,
     space_to_depth,
 )
+from hwc.tile.views import host_work, row_views
 
 
 def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True, double_buffer: bool = True,
@@ -51,8 +54,10 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
     n = target["array"]["rows"]
     out = []
     base = 0
+    stored: dict[str, dict] = {}   # earlier segments' outputs in external memory (`views.row_views`)
     for k, plan in enumerate(partition(g, n)):
         fixed = pin[k] if pin and k < len(pin) else None
+        plan.views = row_views(g, plan.inputs, stored)
         key = _segment_key(plan, base, fixed, im2col, stack, double_buffer) if cache is not None else None
         if key in (cache or {}):
             done, prog, choice = cache[key]
@@ -62,7 +67,9 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
             out.append(_schedule_segment(plan, target, fixed, im2col, stack, double_buffer, base, jobs))
             if cache is not None:
                 cache[key] = out[-1]
-        prog = out[-1][1]
+        done, prog = out[-1][:2]
+        stored.update({name: {"dram": prog.outputs[name], "c": done.tensors[name].c, "h": done.tensors[name].h,
+                              "w": done.tensors[name].w, "s2d": done.tensors[name].s2d} for name in done.outputs})
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
         base = -(-end // 64) * 64
     return out
@@ -99,11 +106,11 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
         if expand == "rows" and not stack:
             continue
         layouts = set()
-        for flat_kind, flat, padded, loose in flats:
+        for flat_kind, flat, padded, loose, keep in _with_views(flats, start, n, stack, fixed):
             for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
                 p = copy.deepcopy(start)
                 if stack:
-                    space_to_depth(p, n, shift=shift, flat=flat, padded=padded, loose=loose)
+                    space_to_depth(p, n, shift=shift, flat=flat, padded=padded, loose=loose, keep=keep)
                 if expand == "rows" and not im2row_first_layer(p, start, n, target["scratchpad"]["act_lines"]):
                     continue  # no thin first layer with a stacked output
                 layout = (tuple((name, t.s2d, t.shift, t.c) for name, t in sorted(p.tensors.items())),
@@ -112,17 +119,18 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
                     break  # the same build as one already tried (nothing to shift, or nothing kept flat)
                 layouts.add(layout)
                 used = any(t.shift for t in p.tensors.values())
-                starts.append((p, expand, shift, used, flat_kind))
+                starts.append((p, expand, shift, used, flat_kind, bool(keep)))
                 if not used:
                     break  # nothing to shift: the other build is the same
     variants = []
-    for (_, expand, shift, used, flat), found in zip(starts, _search(starts, target, double_buffer, base, fixed,
-                                                                     jobs)):
+    for (_, expand, shift, used, flat, keep), found in zip(starts, _search(starts, target, double_buffer, base,
+                                                                           fixed, jobs)):
         if isinstance(found, UnsupportedError):
-            if not variants and not expand and not shift and not flat:
+            if not variants and not expand and not shift and not flat and not keep:
                 raise found
             continue
-        variants += [(c, bp, prog, dict(choice, shift=used, flat=flat)) for c, bp, prog, choice in found]
+        variants += [(c, bp, prog, dict(choice, shift=used, flat=flat, **({"keep": True} if keep else {})))
+                     for c, bp, prog, choice in found]
     if not variants:  # a pinned im2col that does not apply here
         p = copy.deepcopy(plan)
         if stack:
@@ -138,6 +146,26 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
     return plan, prog, dict(choice, im2col="rows" if "rows" in kinds else bool(kinds))
 
 
+def _with_views(flats: list[tuple], plan: TilePlan, n: int, stack: bool, fixed) -> list[tuple]:
+    """The stacking variants (`flats`), each also with the inputs an earlier segment stored one pixel per line
+    kept so (`space_to_depth(keep=)`), where it would stack them: then the tile reads them where they are
+    (`hwc.tile.views`) instead of the host writing them again. (flat kind, flat, padded, loose, keep) each."""
+    out = [(*x, frozenset()) for x in flats]
+    keep = frozenset(name for name, pieces in plan.views.items()
+                     if pieces[0].layout == (plan.tensors[name].c, plan.tensors[name].w, 1) and name not in plan.im2col)
+    if not stack or not keep:
+        return out
+    if fixed is not None:   # (pinned: as the build it repeats)
+        return [(*x, keep) for x in flats] if fixed.get("keep") else out
+    trial = []
+    for x in flats:
+        p = copy.deepcopy(plan)
+        space_to_depth(p, n, shift=False, flat=x[1], padded=x[2], loose=x[3])
+        if any(p.tensors[name].s2d != 1 for name in keep):
+            trial.append((*x, keep))
+    return out + trial
+
+
 def _segment_key(plan: TilePlan, base: int, fixed, *flags) -> str:
     """What a segment's schedule depends on besides the target: its layers (names, kinds, windows, the tensors they
     read and write: a band's node keeps its name across rewrites, its rows and pads change), its tensors' shapes
@@ -146,7 +174,8 @@ def _segment_key(plan: TilePlan, base: int, fixed, *flags) -> str:
                getattr(x, "strides", None), getattr(x, "pads", None), getattr(x, "kernel", None))
               for x in plan.layers]
     tensors = sorted((t.name, t.c, t.h, t.w, t.zp, tuple(t.graph_shape)) for t in plan.tensors.values())
-    return repr((layers, tensors, plan.inputs, plan.outputs, sorted(plan.aliases.items()), base, fixed, flags))
+    return repr((layers, tensors, plan.inputs, plan.outputs, sorted(plan.aliases.items()), sorted(plan.views.items()),
+                 base, fixed, flags))
 
 
 #: The candidate search runs in worker processes for a segment of at least this many ideal cycles (MACs / array
@@ -330,13 +359,23 @@ SAME_SIZE = 0.01
 
 
 def _pick(candidates: list[tuple]):
-    """(cycles, plan, program, choice) candidates -> the fastest, or among those within SAME_SPEED of it
-    the smallest program (the fastest of those within SAME_SIZE of the smallest)."""
+    """(cycles, plan, program, choice) candidates -> the fastest, or among those within SAME_SPEED of it (and of
+    those, the ones with the fewest input bytes the host writes) the smallest program (the fastest of those within
+    SAME_SIZE of the smallest)."""
     fastest = min(c[0] for c in candidates)
     near = [c for c in candidates if c[0] <= fastest * (1 + SAME_SPEED)]
+    least = min(_host_bytes(c[1], c[2]) for c in near)   # (the host's work between segments first)
+    near = [c for c in near if _host_bytes(c[1], c[2]) == least]
     smallest = min(len(c[2].program) for c in near)
     small = [c for c in near if len(c[2].program) <= smallest * (1 + SAME_SIZE)]
     return min(small, key=lambda c: (c[0], len(c[2].program)))
+
+
+def _host_bytes(plan: TilePlan, prog: TileProgram) -> int:
+    """Bytes of the segment's inputs the host writes (those the tile reads where an earlier segment stored them
+    cost the host nothing)."""
+    return sum(plan.tensors[name].cb * plan.tensors[name].h * plan.tensors[name].w for name in plan.inputs
+               if name not in prog.views)
 
 
 def tile_io(plan: TilePlan, prog: TileProgram) -> dict:
@@ -352,7 +391,10 @@ def tile_io(plan: TilePlan, prog: TileProgram) -> dict:
     return {
         "pre": [n.name for n in plan.pre],
         "post": [n.name for n in plan.post],
-        "inputs": [dict(desc(n, prog.inputs[n]), im2col=plan.im2col.get(n)) for n in plan.inputs],
+        # (an input the tile reads where earlier segments stored it: its rows' pieces, no DRAM region of its own)
+        "inputs": [dict(desc(n, prog.inputs.get(n)), im2col=plan.im2col.get(n),
+                        **({"view": [dataclasses.asdict(p) for p in prog.views[n]]} if n in prog.views else {}))
+                   for n in plan.inputs],
         "outputs": [dict(desc(n, prog.outputs[n]), views=sorted(views.get(n, []))) for n in plan.outputs],
         # every view (a free Reshape/Identity the segment holds), also of a tensor the host wrote
         "aliases": dict(sorted(plan.aliases.items())),
@@ -390,6 +432,8 @@ class TileArtifact(Artifact):
         for k, io in enumerate(segments):
             self._host_run(env, io["pre"])
             for t in io["inputs"]:
+                if t.get("view"):   # (the tile reads its rows where an earlier segment stored them)
+                    continue
                 src = t["im2col"]["src"] if t.get("im2col") else t["name"]
                 x = env[src]
                 if t.get("im2col"):
@@ -403,6 +447,8 @@ class TileArtifact(Artifact):
                 mem, cycles = self._run_model(mem, io)
             total += cycles
             for t in io["outputs"]:
+                if not t.get("host", True):   # (only later segments' LOADs read it)
+                    continue
                 nbytes = -(-t["c"] // n) * t["h"] * t["w"] * n
                 y = host.unpack(bytes(mem[t["dram"]:t["dram"] + nbytes]), t["c"], t["h"], t["w"], n,
                                 tuple(t["shape"]), t["s2d"])
@@ -528,7 +574,19 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
         consts.append(const)
         reports.append(report)
         memory_maps.append(_memory_map(target, plan, prog, io, len(program)))
+    # the host's work: nodes whose outputs only tile LOADs read in external memory (row views) have none
+    work, read = host_work(graph, ios)
+    for io in ios:
+        io["pre"] = [x for x in io["pre"] if x in work]
+        io["post"] = [x for x in io["post"] if x in work]
+        for t in io["outputs"]:
+            t["host"] = bool({t["name"], *t["views"]} & read)
     report = merge_reports(reports, target["array"]["rows"] * target["array"]["cols"])
+    viewed = {nd.name for nd in graph.nodes if nd.name not in work} - {
+        d["node"] for d in report["partition"] if d["where"] == "tile"}
+    for d in report["partition"]:
+        if d["node"] in viewed:
+            d.update(where="dram", why=d["why"].removesuffix(HOST_COPIES) + VIEWED)
     program, const = b"".join(programs), b"".join(consts)
     report["weights_bytes"] = len(const)
     report["nodes"] = len(graph.nodes)

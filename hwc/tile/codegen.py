@@ -114,6 +114,7 @@ class TileProgram:
     layers: list[dict]              # per layer: name, op, macs, instruction range
     insn_layer: list[int]           # layer index of every instruction (-1: none)
     emitted_at: dict = field(default_factory=dict)   # (group, index in it) -> instruction of each compute one
+    views: dict = field(default_factory=dict)        # input -> the `views.Piece`s its LOADs read (no DRAM region)
 
 
 def _input_chunks(t: TileTensor, step: int) -> list[tuple[int, int, int, int]]:

@@ -180,6 +180,8 @@ class TilePlan:
     decisions: list[dict]         # every node: where it runs and why
     aliases: dict[str, str] = field(default_factory=dict)   # IR value -> tile tensor it is a view of
     im2col: dict[str, dict] = field(default_factory=dict)   # host-built tensor -> how (see im2col_first_layer)
+    # input -> where its rows already are in external memory (`hwc.tile.views`: earlier segments' outputs)
+    views: dict[str, tuple] = field(default_factory=dict)
 
 
 # ---- partition ----------------------------------------------------------------------------------
@@ -227,6 +229,12 @@ def _free_reshape(g: Graph, n: Node, consumers: dict) -> str | None:
     if flatten and users and all(u.op == "QGemm" and u.inputs[0] == n.outputs[0] for u in users):
         return None
     return f"a reshape {list(src)} -> {list(dst)} changes the tile's channel-blocked layout (runs on the host)"
+
+
+#: The end of a band Slice's or Concat's reason in the partition when the host runs it (`build_tile` replaces it
+#: with VIEWED when the next segment's LOADs read the rows in place, `hwc.tile.views`).
+HOST_COPIES = "; the host copies the rows"
+VIEWED = "; no host work: the next segment's LOADs read the rows where the tile stored them"
 
 
 def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
@@ -278,8 +286,8 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
             band = next((b for b in n.inputs + n.outputs if b in bands_of), None)
             if n.op in ("Slice", "Concat") and band is not None:
                 of = bands_of[band]
-                why = (f"row bands of {of['of']!r} ({of['bands']} bands: its activations do not fit ACT whole); the "
-                       f"host copies the rows")
+                why = f"row bands of {of['of']!r} ({of['bands']} bands: its activations do not fit ACT whole)"
+                why += HOST_COPIES
             decisions.append({"node": n.name, "op": n.op, "where": "host", "why": why})
     plans = []
     prev_end = 0
@@ -655,7 +663,8 @@ def dw_post_flat(plan: TilePlan, target: dict) -> tuple[dict[str, ConvLayer], fr
 
 
 def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: frozenset[str] = frozenset(),
-                   padded: frozenset[str] = frozenset(), loose: frozenset[str] = frozenset()) -> None:
+                   padded: frozenset[str] = frozenset(), loose: frozenset[str] = frozenset(),
+                   keep: frozenset[str] = frozenset()) -> None:
     """Stack several pixels of a thin tensor (fewer channels than lanes) into one line.
 
     A tensor of C channels is stored with f = N/C pixels per line (f a power of two that
@@ -672,7 +681,10 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
     blocks of one pixel, N - C lanes unused) and taken as a whole-block one, or, in `loose` (of `flat`), is
     stacked like any other and its blocks (of N / C pixels) written to the accumulators in pixel order (a
     stride-2 depthwise layer's PPU.dw then reads two pixels a line, PPU.dwf). Either way the depthwise layer's
-    output keeps one pixel per line (PPU.dw writes it so)."""
+    output keeps one pixel per line (PPU.dw writes it so).
+
+    `keep`: tensors kept at one pixel per line besides (an input read where an earlier segment stored it so,
+    `hwc.tile.views`)."""
     by_src = {layer.src: layer for layer in plan.layers if isinstance(layer, ConvLayer)}
     by_dst = {layer.dst: layer for layer in plan.layers if isinstance(layer, ConvLayer)}
     for name in padded:
@@ -685,7 +697,7 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
             conv.shift = np.concatenate([conv.shift, np.full(extra, conv.shift[0], conv.shift.dtype)])
             t.c += extra
     destack = {name for name in flat if plan.tensors[name].c == n_lanes} | set(loose)
-    fixed = (set(flat) - destack) | {by_src[name].dst for name in flat}
+    fixed = (set(flat) - destack) | {by_src[name].dst for name in flat} | set(keep)
 
     def f_in(layer: ConvLayer) -> int:   # the stacking a convolution reads its input with
         return 1 if layer.src in destack else f[layer.src]

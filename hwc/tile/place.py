@@ -105,8 +105,14 @@ class Placement:
             g.dram = base + off
         io_off = base + _align(len(dram), beat)
         self.inputs, self.outputs = {}, {}
+        # inputs whose rows an earlier segment stored, laid out as here: the LOADs read them there (`views`)
+        self.views = {name: v for name, v in cg.plan.views.items()
+                      if name in cg.plan.inputs and name not in cg.plan.im2col and all(
+                          p.layout == (cg.tensor(name).c, cg.tensor(name).w, cg.tensor(name).s2d) for p in v)}
         for kind, names, at in (("input", cg.plan.inputs, self.inputs), ("output", cg.plan.outputs, self.outputs)):
             for name in names:
+                if name in self.views:
+                    continue
                 t = cg.tensor(name)
                 at[name] = io_off
                 regions.append({"name": f"{kind}.{name}", "offset": io_off, "size": t.cb * t.h * t.w * n,
@@ -151,17 +157,23 @@ class Placement:
         self.deferred += [(-1 - k, lambda k=k: self.load_params(k)) for k in range(1, len(self.parts))]
 
     def _plan_stores(self) -> None:
-        """v2: the POST instruction writing each output channel block last (`early_stores`)."""
+        """v2: each output channel block in pieces of rows (`store_pieces`: at the row ends of the POST
+        instructions writing it, STORE_PIECE_LINES lines at least), and the POST instruction writing each piece
+        last (`early_stores`). v1: whole blocks, at the end."""
         cg = self.cg
-        self.store_order = [(name, cb) for name in cg.plan.outputs for cb in range(cg.tensor(name).cb)]
+        writers = [e for g in cg.groups for e in g.compute if e.writes is not None] if cg.post_unit else []
+        self.store_order = []
+        for name in cg.plan.outputs:
+            t = cg.tensor(name)
+            for cb in range(t.cb):
+                ends = {min(max(e.writes[3], 0), t.h) for e in writers
+                        if e.writes[0] != "*" and _overlaps((name, cb, 0, t.h), e.writes)}
+                self.store_order += [(name, cb, r0, r1) for r0, r1 in store_pieces(ends, t.h, t.w)]
         self.last_writer = {}
-        if cg.post_unit:
-            for g in cg.groups:
-                for e in g.compute:
-                    if e.writes is not None:
-                        for d in self.store_order:
-                            if _overlaps((d[0], d[1], 0, 1 << 30), e.writes):
-                                self.last_writer[d] = id(e)
+        for e in writers:
+            for d in self.store_order:
+                if _overlaps(d, e.writes):
+                    self.last_writer[d] = id(e)
 
     # ---- emitting --------------------------------------------------------------------------------
     def emit(self, opcode: Op, wait: Wait = Wait.NONE, layer: int = -1, **f) -> None:
@@ -187,6 +199,22 @@ class Placement:
         name, c = d
         t, beat = self.cg.tensor(name), self.beat
         b0, b1, r0, r1 = self.cg.in_chunks[name][c]
+        if name in self.views:   # rows where an earlier segment stored them: LOADs per piece (source) they span
+            whole = r1 - r0 == t.h and t.hp == t.h and t.wp == t.w   # (unpadded whole blocks: one LOAD a piece)
+            for p in self.views[name]:
+                lo, hi = max(r0, p.lo), min(r1, p.hi)
+                if lo >= hi:
+                    continue
+                src = p.dram // beat + (p.row + lo - p.lo) * t.w   # (row lo of channel block 0; blocks p.pitch rows
+                if whole:                                           # apart)
+                    self.load(d, mem=int(Mem.ACT), dram=src + b0 * p.pitch * t.w, sram=t.line(b0, lo, 0),
+                              rows=b1 - b0, row_beats=(hi - lo) * t.w, dram_stride=p.pitch * t.w,
+                              sram_stride=t.block_lines)
+                    continue
+                for b in range(b0, b1):
+                    self.load(d, mem=int(Mem.ACT), dram=src + b * p.pitch * t.w, sram=t.line(b, lo, 0),
+                              rows=hi - lo, row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
+            return
         if b1 - b0 > 1:  # whole unpadded channel blocks, contiguous in DRAM and ACT: one row of beats
             self.load(d, mem=int(Mem.ACT), dram=(self.inputs[name] // beat) + b0 * t.h * t.w, sram=t.line(b0, 0, 0),
                       rows=1, row_beats=(b1 - b0) * t.h * t.w, dram_stride=0, sram_stride=0)
@@ -219,29 +247,31 @@ class Placement:
         del self.deferred[:k]
 
     # ---- output stores ---------------------------------------------------------------------------
-    def store(self, name: str, cb: int, wait: Wait = Wait.NONE) -> None:
+    def store(self, name: str, cb: int, r0: int, r1: int, wait: Wait = Wait.NONE) -> None:
+        """Rows [r0, r1) of an output's channel block."""
         t = self.cg.tensor(name)
-        self.stored.add((name, cb))
-        self.emit(Op.STORE, wait, dram=(self.outputs[name] // self.beat) + cb * t.h * t.w, sram=t.line(cb, 0, 0),
-                  rows=t.h, row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
+        self.emit(Op.STORE, wait, dram=(self.outputs[name] // self.beat) + (cb * t.h + r0) * t.w,
+                  sram=t.line(cb, r0, 0), rows=r1 - r0, row_beats=t.w, dram_stride=t.w, sram_stride=t.wp)
 
     def early_stores(self, e, op: Op, fields: dict) -> None:
-        """v2: a channel block of a model output is stored once the POST instruction that writes it last has had
-        time to finish (estimated by the GEMMs emitted since): a STORE does not issue while POST is busy, and POST
-        instructions run one at a time in program order, so by its issue every write to the block is done. It
-        then moves beside the compute instead of after it (the output lines are live to the end; the STORE unit
-        has its own bus channel). v1 and the rest: at the end."""
+        """v2: a piece of an output channel block (`_plan_stores`) is stored once the POST instruction that writes
+        it last has had time to finish (estimated by the GEMMs emitted since): a STORE does not issue while POST is
+        busy, and POST instructions run one at a time in program order, so by its issue every write to the piece
+        is done. It then moves beside the compute instead of after it (the output lines are live to the end; the
+        STORE unit has its own bus channel). v1 and the rest: at the end."""
         t = self.timing
         if op == Op.GEMM:
             for p in self.pending:
-                p[2] -= self.cg._gemm_cycles(_lines(fields))
+                p[1] -= self.cg._gemm_cycles(_lines(fields))
         elif e.writes is not None:
             busy = _post_busy(t, op, fields) + t.IDLE_LAG
             for p in self.pending:  # a STORE behind this POST instruction waits for it too
-                p[2] += busy
-            self.pending.extend([*d, busy] for d in self.store_order if self.last_writer.get(d) == id(e))
-        while self.pending and self.pending[0][2] <= 0:
-            self.store(*self.pending.pop(0)[:2])
+                p[1] += busy
+            self.pending.extend([d, busy] for d in self.store_order if self.last_writer.get(d) == id(e))
+        while self.pending and self.pending[0][1] <= 0:
+            d = self.pending.pop(0)[0]
+            self.stored.add(d)
+            self.store(*d)
 
     # ---- prefetch --------------------------------------------------------------------------------
     def prefetch(self, ei: int) -> None:
@@ -299,8 +329,14 @@ class Placement:
                 self.load_chunk(d)
         self.flush()
         first_wait = Wait.COMPUTE | (Wait.POST if cg.post_unit else Wait.NONE)
-        for k, (name, cb) in enumerate(d for d in self.store_order if d not in self.stored):
-            self.store(name, cb, first_wait if k == 0 else Wait.NONE)
+        rest: list[list] = []   # the pieces not stored yet, those next to each other in one STORE
+        for name, cb, r0, r1 in (d for d in self.store_order if d not in self.stored):
+            if rest and rest[-1][:2] == [name, cb] and rest[-1][3] == r0:
+                rest[-1][3] = r1
+            else:
+                rest.append([name, cb, r0, r1])
+        for k, d in enumerate(rest):
+            self.store(*d, wait=first_wait if k == 0 else Wait.NONE)
         self.emit(Op.FINISH, Wait.ALL)
         span: dict[int, list[int]] = {}   # layer -> [first instruction, last + 1]
         for i, li in enumerate(self.insn_layer):
@@ -309,7 +345,7 @@ class Placement:
             rec["insns"] = span.get(k, [0, 0])
             del rec["groups"]
         return TileProgram(self.prog, self.dram, self.regions, self.inputs, self.outputs, self.dram_bytes, act,
-                           layer_records, self.insn_layer, self.emitted_at)
+                           layer_records, self.insn_layer, self.emitted_at, self.views)
 
     def _group(self, gi: int, g: Group) -> None:
         """Group `gi`'s compute instructions, with the loads placed around them."""
@@ -453,6 +489,22 @@ def _needs_first(rest: list, chunk, part: int, part_of: dict, extra: dict) -> bo
         if op in (Op.PPU, Op.VEC) and part in _param_loads(fields, part_of):
             return True
     return False
+
+
+#: An output channel block is stored in pieces of at least this many lines (beats), each once the POST instruction
+#: writing it last is done (`Placement.early_stores`), so that the STOREs of a large output overlap the compute
+#: instead of following it (the last piece may be shorter).
+STORE_PIECE_LINES = 256
+
+
+def store_pieces(ends: set[int], h: int, w: int) -> list[tuple[int, int]]:
+    """Rows [0, h) cut at `ends` (the rows where writes end) into pieces of at least STORE_PIECE_LINES lines."""
+    out, r0 = [], 0
+    for r in sorted(ends | {h}):
+        if r > r0 and ((r - r0) * w >= STORE_PIECE_LINES or r == h):
+            out.append((r0, r))
+            r0 = r
+    return out
 
 
 def _align(x: int, a: int) -> int:

@@ -275,3 +275,95 @@ def test_a_chain_that_overflows_in_one_row_bands_is_banded_layer_by_layer():
     g = b.output(b.conv(y, 38, k=3, group=38, relu=True))
     art = check_exact(g, t)
     assert art.report["act_fit"]["bands"] and not any(".." in k for k in art.report["act_fit"]["bands"])
+
+
+def _view_case(c: int):
+    """A chain of two 3x3 convolutions of `c` channels (a channel block) too large for a 1,024-line ACT, then a 2x2
+    max pool and a 1x1 conv on the tile after it (the chain's bands end before one of them)."""
+    b = QBuilder(seed=11)
+    x = b.input("x", (1, c, 24, 20), zp=-2)
+    y = b.conv(b.conv(x, c, relu=True), c)
+    return b.output(b.conv(b.maxpool(y), c, k=1, pads=[0] * 4))
+
+
+@pytest.mark.parametrize("target", [T8, T32], ids=["tile8x8", "tile32x32"])
+def test_the_next_segment_reads_the_bands_where_the_tile_stored_them(target):
+    """No host work between the bands and the segment after them: that segment's LOADs read each band's output
+    rows where its segment stored them (hwc.tile.views), the Concat is no host node, the host neither reads the
+    bands' outputs nor writes the Concat; outputs equal the int8 reference; the RTL equals the model (cycles too)."""
+    from hwc import isa
+
+    g = _view_case(target["array"]["rows"])
+    t = small_act(target, 1024)
+    art = build_tile(g, t, hdl=True)
+    segs = art.info["tile"]["segments"]
+    assert len(segs) >= 3 and art.report["act_fit"]["bands"], art.report["act_fit"]
+    cat = next(nd for nd in art.graph.nodes if nd.op == "Concat")
+    last = segs[-1]
+    (inp,) = last["inputs"]
+    assert inp["name"] == cat.outputs[0] and inp["dram"] is None
+    # the pieces: each band's output in order, all its rows, at the address its segment stored it
+    stored = {o["name"]: o for io in segs[:-1] for o in io["outputs"]}
+    assert [p["src"] for p in inp["view"]] == cat.inputs
+    at = 0
+    for p in inp["view"]:
+        src = stored[p["src"]]
+        assert (p["lo"], p["hi"], p["row"], p["dram"], p["pitch"]) == (at, at + src["h"], 0, src["dram"], src["h"])
+        assert not src["host"]
+        at += src["h"]
+    assert at == inp["h"]
+    # the segment's first LOADs read the first band's rows (its DRAM address), no input region of its own
+    prog = isa.from_bytes(art.program[slice(*last["program_range"])])
+    beat = t["bus"]["bytes"]
+    loads = [i for i in prog if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.ACT]
+    assert loads and min(i.get("dram") for i in loads) * beat == stored[cat.inputs[0]]["dram"]
+    assert not any(r["name"] == f"input.{cat.outputs[0]}" for r in art.memory_map["dram"])
+    assert cat.name not in {n for io in segs for n in io["pre"] + io["post"]}
+    cat_d = next(d for d in art.report["partition"] if d["node"] == cat.name)
+    assert cat_d["where"] == "dram" and "no host work" in cat_d["why"], cat_d
+    _rtl_equals_model_equals_reference(art, g, feeds_for(g, seed=4))
+
+
+def test_a_cut_segment_reads_the_tensors_live_across_the_cut_where_they_are():
+    """A segment cut (live activations too large together): the tensors live across it go out and come back in
+    as they are (row views of the whole tensor, no host work): exact."""
+    target = small_act(T8, 2048)
+    b = QBuilder(seed=4)
+    x = b.input("x", (1, 8, 16, 16), zp=3)
+    branches = [b.conv(x, 8, k=1, pads=[0] * 4) for _ in range(8)]
+    y = branches[0]
+    for z in branches[1:]:
+        y = b.add(y, z)
+    g = b.output(y)
+    art = check_exact(g, target)
+    segs = art.info["tile"]["segments"]
+    assert len(segs) >= 2
+    outs = {o["name"]: o for o in segs[0]["outputs"]}
+    viewed = [i for i in segs[1]["inputs"] if i.get("view")]
+    assert viewed and all(
+        [dict(p, layout=tuple(p["layout"])) for p in i["view"]] == [{
+            "lo": 0, "hi": 16, "src": i["name"], "dram": outs[i["name"]]["dram"], "pitch": 16, "row": 0,
+            "layout": (outs[i["name"]]["c"], outs[i["name"]]["w"], outs[i["name"]]["s2d"])}] for i in viewed)
+    assert not any(outs[i["name"]]["host"] for i in viewed)
+
+
+def test_row_views_compose_slices_of_concats():
+    """`row_views` by hand: rows [3, 9) of the Concat of A (5 rows) and B (6 rows) are A's rows 3..4 and B's 0..3;
+    a Slice of columns is no row view; parts of two layouts are none either."""
+    from hwc.ir.graph import Graph
+    from hwc.ir.types import TensorType
+    from hwc.tile.views import Piece, row_views
+
+    g = Graph("v")
+    for name, h in (("A", 5), ("B", 6)):
+        g.add_input(name, TensorType("int8", (1, 4, h, 7)))
+    cat = g.make_node("Concat", ["A", "B"], {"axis": 2})
+    rows = g.make_node("Slice", [cat.outputs[0]], {"starts": [0, 0, 3, 0], "ends": [1, 4, 9, 7],
+                                                   "steps": [1, 1, 1, 1]})
+    cols = g.make_node("Slice", [cat.outputs[0]], {"starts": [0, 0, 0, 1], "ends": [1, 4, 11, 7],
+                                                   "steps": [1, 1, 1, 1]})
+    stored = {"A": {"dram": 64, "c": 4, "h": 5, "w": 7, "s2d": 1}, "B": {"dram": 640, "c": 4, "h": 6, "w": 7, "s2d": 1}}
+    v = row_views(g, [rows.outputs[0], cols.outputs[0]], stored)
+    assert v == {rows.outputs[0]: (Piece(0, 2, "A", 64, 5, 3, (4, 7, 1)), Piece(2, 6, "B", 640, 6, 0, (4, 7, 1)))}
+    stored["B"]["s2d"] = 2
+    assert row_views(g, [rows.outputs[0]], stored) == {}

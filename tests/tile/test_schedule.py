@@ -745,14 +745,20 @@ def test_pick_prefers_the_smaller_program_unless_both_are_about_as_small():
 
     from hwc.tile.build import SAME_SIZE, SAME_SPEED, _pick
 
-    def cand(cycles, insns, name):
-        return (cycles, None, SimpleNamespace(program=[0] * insns), name)
+    x = SimpleNamespace(cb=1, h=4, w=4)
+
+    def cand(cycles, insns, name, viewed=False):   # (one input: written by the host, or read in place)
+        return (cycles, SimpleNamespace(inputs=["x"], tensors={"x": x}),
+                SimpleNamespace(program=[0] * insns, views={"x": ()} if viewed else {}), name)
 
     assert SAME_SPEED == SAME_SIZE == 0.01
     assert _pick([cand(1000, 600, "a"), cand(1009, 100, "b")])[3] == "b"        # 0.9% slower, 6x smaller
     assert _pick([cand(1000, 101, "a"), cand(1009, 100, "b")])[3] == "a"        # 1% larger: as small
     assert _pick([cand(1000, 102, "a"), cand(1009, 100, "b")])[3] == "b"        # 2% larger
     assert _pick([cand(1000, 600, "a"), cand(1011, 100, "b")])[3] == "a"        # 1.1% slower
+    # as fast, fewer bytes the host writes (an input read where an earlier segment stored it) before smaller
+    assert _pick([cand(1000, 100, "a"), cand(1009, 600, "b", viewed=True)])[3] == "b"
+    assert _pick([cand(1000, 100, "a"), cand(1011, 600, "b", viewed=True)])[3] == "a"   # 1.1% slower
 
 
 @pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
@@ -1446,3 +1452,86 @@ def test_a_one_channel_conv_before_a_one_channel_depthwise_layer(target, h):
     x = b.input("x", (1, 1, h, 6), zp=18)
     g = b.output(b.conv(b.conv(x, 1, k=3), 1, k=3))
     check_exact(g, t)
+
+
+store_cases = st.fixed_dictionaries({
+    "c": st.integers(1, 40), "h": st.integers(2, 14), "w": st.integers(2, 14),
+    "kind": st.sampled_from(["conv", "conv_s2", "dw", "pair", "pool", "add"]),
+    "target": st.sampled_from(["tile8x8", "tile32x32", "tile32x32-dw_post", "tile8x8-v1"]),
+})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(store_cases)
+def test_outputs_are_stored_in_row_pieces_once_written(case):
+    """Every output channel block in pieces of rows, each STOREd once the POST instruction writing it last is done
+    (here pieces of one row at least: STORE_PIECE_LINES = 1): exact against the int8 reference, whatever writes the
+    output (PPU of a conv, PPU.dw of a conv + depthwise pair, max pooling's VEC, a residual add's VEC), also an
+    output a later layer reads; the STOREs cover every row of every output block once."""
+    from hwc import isa
+    from hwc.tile import place
+
+    targets = dict(TARGETS, **{"tile32x32-dw_post": load_target("tile32x32")})
+    c, h, w = case["c"], case["h"] + 2, case["w"] + 2
+    b = QBuilder(seed=c * 100 + h * 10 + w)
+    x = b.input("x", (1, c, h, w), zp=-5)
+    kind = case["kind"]
+    if kind in ("conv", "conv_s2"):
+        y = b.conv(x, c + 3, relu=True, stride=1 if kind == "conv" else 2)
+    elif kind == "dw":
+        y = b.conv(x, c, group=c)
+    elif kind == "pair":   # (PPU.dw on the bundled tile32x32)
+        y = b.conv(b.conv(x, c, k=1, pads=[0] * 4), c, group=c)
+    elif kind == "pool":
+        y = b.maxpool(b.conv(x, c))
+    else:
+        y = b.add(x, b.conv(x, c))
+    z = b.conv(y, 4, k=1, pads=[0] * 4)   # (y is read on the tile after it is stored, too)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(place, "STORE_PIECE_LINES", 1)
+        art = check_exact(b.output(y, z), targets[case["target"]])
+    n = targets[case["target"]]["array"]["rows"]
+    stored = sorted((i.get("dram"), i.get("rows") * i.get("row_beats")) for i in isa.from_bytes(art.program)
+                    if i.op == isa.Op.STORE)
+    beat = targets[case["target"]]["bus"]["bytes"]
+    regions = sorted((t["dram"] // beat, -(-t["c"] // n) * t["h"] * t["w"])
+                     for io in art.info["tile"]["segments"] for t in io["outputs"])
+    # (each output's region, in order, piece after piece without a gap or an overlap)
+    at = iter(stored)
+    for start, size in regions:
+        end = start
+        while end < start + size:
+            a, k = next(at)
+            assert a == end, (a, end)
+            end += k
+        assert end == start + size
+
+
+def test_a_large_output_is_stored_while_the_tile_computes():
+    """A 32x32 output of 8 channels on tile8x8 (1,024 lines a block): its STOREs go out in pieces as its rows are
+    written, the first long before the last GEMM, and the program is faster than with each block stored whole
+    after its last write (side by side); the RTL runs it as the model does (outputs and cycles)."""
+    from hwc.sim.model import TileModel
+    from test_rtl_end_to_end import _rtl_equals_model_equals_reference
+
+    from hwc import isa
+    from hwc.tile import place
+
+    target = load_target("tile8x8")
+    b = QBuilder(seed=12)
+    x = b.input("x", (1, 8, 32, 32), zp=1)
+    g = b.output(b.conv(b.conv(x, 8, relu=True), 8))
+    art = build_tile(g, target, hdl=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(place, "STORE_PIECE_LINES", 1 << 30)
+        whole = build_tile(g, target, hdl=False)
+    prog = isa.from_bytes(art.program)
+    res = TileModel(target).run(art.program, art.memory_image(), art.info["tile"]["segments"][0]["prog_offset"] // 16)
+    stores = [k for k, i in enumerate(prog) if i.op == isa.Op.STORE]
+    gemms = [k for k, i in enumerate(prog) if i.op == isa.Op.GEMM]
+    assert len(stores) >= 1024 // place.STORE_PIECE_LINES
+    assert res.issue[stores[0]] < res.issue[gemms[len(gemms) * 3 // 4]]   # (in the second layer's first half)
+    assert len([i for i in isa.from_bytes(whole.program) if i.op == isa.Op.STORE]) == 1
+    assert art.report["cycles"] < whole.report["cycles"] - 0.5 * 1024
+    _rtl_equals_model_equals_reference(art, g, {"x": np.random.default_rng(1).integers(-128, 128, (1, 8, 32, 32))
+                                                .astype(np.int8)})
