@@ -96,7 +96,7 @@ def describe(act_fit: dict | None) -> str | None:
         parts.append("in row bands: " + ", ".join(f"{k} ({v})" for k, v in act_fit["bands"].items()))
     if act_fit["cuts"]:
         parts.append("segments cut before " + ", ".join(act_fit["cuts"]))
-    return "; ".join(parts) + " (the host moves the rows between segments)"
+    return "; ".join(parts) + " (each band and each cut part a tile segment of its own)"
 
 
 def _window(g: Graph, node) -> tuple[int, int, int, int, int]:
