@@ -143,18 +143,21 @@ def test_activations_too_large_for_act_are_built_in_row_bands():
     assert art.report["memory"]["act_lines_used"] <= 16384
 
 
-def test_live_activations_too_large_for_act_cut_the_segment():
-    """Eight 1x1 branches of one input summed up: every layer fits a 2,048-line ACT, all the branches alive at once
-    do not (9 tensors of 256 lines and the sums): the segment is cut (the branches go out and come back in)."""
-    target = small_act(T8, 2048)
+def _branches():
+    """Eight 1x1 branches of one 8x16x16 input, summed up."""
     b = QBuilder(seed=4)
     x = b.input("x", (1, 8, 16, 16), zp=3)
     branches = [b.conv(x, 8, k=1, pads=[0] * 4) for _ in range(8)]
     y = branches[0]
     for z in branches[1:]:
         y = b.add(y, z)
-    g = b.output(y)
-    art = check_exact(g, target)
+    return b.output(y)
+
+
+def test_live_activations_too_large_for_act_cut_the_segment():
+    """Eight 1x1 branches of one input summed up: every layer fits a 2,048-line ACT, all the branches alive at once
+    do not (9 tensors of 256 lines and the sums): the segment is cut (the branches go out and come back in)."""
+    art = check_exact(_branches(), small_act(T8, 2048))
     fit = art.report["act_fit"]
     assert fit["cuts"] and not fit["bands"], fit
     assert art.report["segments"] == len(fit["cuts"]) + 1
@@ -327,15 +330,7 @@ def test_the_next_segment_reads_the_bands_where_the_tile_stored_them(target):
 def test_a_cut_segment_reads_the_tensors_live_across_the_cut_where_they_are():
     """A segment cut (live activations too large together): the tensors live across it go out and come back in
     as they are (row views of the whole tensor, no host work): exact."""
-    target = small_act(T8, 2048)
-    b = QBuilder(seed=4)
-    x = b.input("x", (1, 8, 16, 16), zp=3)
-    branches = [b.conv(x, 8, k=1, pads=[0] * 4) for _ in range(8)]
-    y = branches[0]
-    for z in branches[1:]:
-        y = b.add(y, z)
-    g = b.output(y)
-    art = check_exact(g, target)
+    art = check_exact(_branches(), small_act(T8, 2048))
     segs = art.info["tile"]["segments"]
     assert len(segs) >= 2
     outs = {o["name"]: o for o in segs[0]["outputs"]}
