@@ -151,8 +151,8 @@ def _with_views(flats: list[tuple], plan: TilePlan, n: int, stack: bool, fixed) 
     kept so (`space_to_depth(keep=)`), where it would stack them: then the tile reads them where they are
     (`hwc.tile.views`) instead of the host writing them again. (flat kind, flat, padded, loose, keep) each."""
     out = [(*x, frozenset()) for x in flats]
-    keep = frozenset(name for name, pieces in plan.views.items()
-                     if pieces[0].layout == (plan.tensors[name].c, plan.tensors[name].w, 1) and name not in plan.im2col)
+    keep = frozenset(name for name, pieces in plan.views.items()   # (an input the host im2col expands is no more)
+                     if name in plan.inputs and pieces[0].layout == (plan.tensors[name].c, plan.tensors[name].w, 1))
     if not stack or not keep:
         return out
     if fixed is not None:   # (pinned: as the build it repeats)

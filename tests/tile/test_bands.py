@@ -362,3 +362,14 @@ def test_row_views_compose_slices_of_concats():
     assert v == {rows.outputs[0]: (Piece(0, 2, "A", 64, 5, 3, (4, 7, 1)), Piece(2, 6, "B", 640, 6, 0, (4, 7, 1)))}
     stored["B"]["s2d"] = 2
     assert row_views(g, [rows.outputs[0]], stored) == {}
+
+
+def test_a_viewed_input_the_host_im2col_expands():
+    """A segment whose input is rows an earlier segment stored, read by a thin 3x3 conv that the host im2col
+    variant expands (the input is renamed; its view no longer applies): builds, exact (a random-graph probe's
+    crash)."""
+    b = QBuilder(seed=1)
+    x = b.input("x", (1, 4, 16, 16), zp=0)
+    g = b.output(b.conv(b.conv(b.conv(x, 16), 12, stride=2), 27, stride=2))
+    art = check_exact(g, small_act(T32, 256))
+    assert art.report["segments"] > 1
