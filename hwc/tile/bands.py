@@ -295,7 +295,7 @@ def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool =
     """The chain of layers to band around layer `big`: the layers before and after it, in the same segment, that each
     read only the one before (which nothing else reads) and are large too (each reads and writes more than half of
     `room`): computed band by band together, they stay in one segment (a convolution and the depthwise layer after
-    it keep PPU.dw) and only the chain's input and output go through the host."""
+    it keep PPU.dw) and only the chain's input and output go through external memory."""
     nodes = {nd.name: nd for nd in g.nodes}
     producer = {o: nd for nd in g.nodes for o in nd.outputs}
     consumers = g.consumers()
