@@ -340,3 +340,18 @@ def test_check_with_a_target_builds_in_memory(tmp_path, cnn_path, capsys):
         rc, out, err = run_cli(capsys, "check", p, "--target", target)
         assert rc == 2 and "supported by the importer" in out and want in err, (target, out, err)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["c3.onnx", "cnn.onnx"]
+
+
+def test_check_with_a_target_says_which_band_copies_need_no_host(tmp_path, capsys):
+    """`hwc check --target` of a model whose activations exceed ACT (MobileNetV1-0.25 at 160x160 on tile8x8): the
+    bands, the input Slices the host still runs, and the bands' Concat the next segment reads in external memory."""
+    from hwc import zoo
+
+    p = tmp_path / "mb160.onnx"
+    onnx.save(zoo.mobilenet_v1_025(input_size=160), p)
+    rc, out, err = run_cli(capsys, "check", p, "--target", "tile8x8")
+    text = " ".join(out.split())   # (the console wraps long lines)
+    assert rc == 0 and "in row bands: conv0..conv7 (2)" in text, (out, err)
+    assert "host: conv0.band0.in0 (Slice): row bands of 'conv0..conv7'" in text and "the host copies the rows" in text
+    assert "in external memory: conv7.bands (Concat): row bands of 'conv0..conv7'" in text
+    assert "no host work: the next segment's LOADs read the rows where the tile stored them" in text
