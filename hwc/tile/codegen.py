@@ -1410,10 +1410,14 @@ class Codegen:
         g = self.last()
         needs = tuple(loads.get(layer.a, ())) + tuple(loads.get(layer.b, ()))
         y0, nrows = rows if rows is not None else (0, a.h)
+        # (one VEC over the rows reads a and b at one row pitch: operands laid out with different pads, e.g. one
+        # sharing its pad column (`share_pad_column`), take a VEC per row)
+        runs = [(y0, nrows)] if a.wp == b.wp else [(y, 1) for y in range(y0, y0 + nrows)]
         for cb in (cbs if cbs is not None else range(a.cb)):
-            self.compute(g, Op.VEC, needs=needs, region=(o.name, cb, y0, y0 + nrows), halos=False, op=int(VecOp.ADD),
-                         a=a.line(cb, y0, 0), b=b.line(cb, y0, 0), out=o.line(cb, y0, 0), n_outer=nrows,
-                         n_inner=a.w, in_so=a.wp, in_si=1, out_so=o.wp, out_si=1, param=entry)
+            for y, k in runs:
+                self.compute(g, Op.VEC, needs=needs, region=(o.name, cb, y, y + k), halos=False, op=int(VecOp.ADD),
+                             a=a.line(cb, y, 0), b=b.line(cb, y, 0), out=o.line(cb, y, 0), n_outer=k,
+                             n_inner=a.w, in_so=a.wp, in_si=1, out_so=o.wp, out_si=1, param=entry)
 
     def emit_maxpool(self, layer: MaxPoolLayer, loads: dict, temps: dict) -> None:
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)

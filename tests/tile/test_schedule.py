@@ -1535,3 +1535,29 @@ def test_a_large_output_is_stored_while_the_tile_computes():
     assert art.report["cycles"] < whole.report["cycles"] - 0.5 * 1024
     _rtl_equals_model_equals_reference(art, g, {"x": np.random.default_rng(1).integers(-128, 128, (1, 8, 32, 32))
                                                 .astype(np.int8)})
+
+
+@pytest.mark.parametrize("h, w", [(3, 3), (7, 11), (6, 5)])
+@pytest.mark.parametrize("target", sorted(TARGETS) + ["tile32x32-bundled"])
+def test_a_residual_add_of_operands_with_different_row_pitches(target, h, w):
+    """x + MaxPool3x3(x, pads 1): x is held with pads all around for the pool (-128 halo) and the pool's output
+    shares its pad column (one row pitch less): the add reads each operand at its own pitch (a random-graph
+    probe's wrong result: 6 of 9 outputs wrong on every target)."""
+    t = load_target("tile32x32") if target == "tile32x32-bundled" else TARGETS[target]
+    for c in (1, 5):
+        b = QBuilder(seed=h * w + c)
+        x = b.input("x", (1, c, h, w), zp=-3)
+        check_exact(b.output(b.add(b.maxpool(x, 3, 1, (1, 1, 1, 1)), x)), t, seed=c)
+
+
+def test_a_residual_add_of_operands_with_different_row_pitches_through_the_rtl():
+    """The add of operands at two row pitches (a VEC per row) on the bundled tile8x8's RTL: equal to the model and
+    the int8 reference, cycles too."""
+    from test_rtl_end_to_end import _rtl_equals_model_equals_reference
+
+    b = QBuilder(seed=3)
+    x = b.input("x", (1, 5, 6, 5), zp=-3)
+    g = b.output(b.add(b.maxpool(x, 3, 1, (1, 1, 1, 1)), x))
+    art = build_tile(g, load_target("tile8x8"), hdl=True)
+    _rtl_equals_model_equals_reference(art, g, {"x": np.random.default_rng(2).integers(-128, 128, (1, 5, 6, 5))
+                                                .astype(np.int8)})
