@@ -373,3 +373,48 @@ def test_a_viewed_input_the_host_im2col_expands():
     g = b.output(b.conv(b.conv(b.conv(x, 16), 12, stride=2), 27, stride=2))
     art = check_exact(g, small_act(T32, 256))
     assert art.report["segments"] > 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 8), min_size=1, max_size=3), st.lists(st.tuples(st.booleans(), st.integers(0, 99),
+                                                                                st.integers(0, 99),
+                                                                                st.integers(0, 99)),
+                                                                      min_size=1, max_size=8))
+def test_row_views_follow_slices_and_concats_of_stored_rows(heights, ops):
+    """Random Slices (of rows) and Concats (along the rows) of earlier segments' outputs: every row of every
+    resulting tensor, by `row_views`' pieces, is the source row the int8 reference puts there (each source row
+    holds its own label)."""
+    from hwc.ir.graph import Graph
+    from hwc.ir.types import TensorType
+    from hwc.tile.views import row_views
+
+    g = Graph("v")
+    stored, feeds = {}, {}
+    for i, h in enumerate(heights):
+        name = f"s{i}"
+        g.add_input(name, TensorType("int8", (1, 2, h, 3)))
+        stored[name] = {"dram": 64 * i, "c": 2, "h": h, "w": 3, "s2d": 1}
+        feeds[name] = np.broadcast_to((10 * i + np.arange(h)).reshape(1, 1, h, 1), (1, 2, h, 3)).astype(np.int8)
+    names = list(stored)
+    for concat, a, b, c in ops:
+        x = names[a % len(names)]
+        if concat:
+            nd = g.make_node("Concat", [x, names[b % len(names)]], {"axis": 2})
+        else:
+            h = g.type(x).shape[2]
+            r0 = b % h
+            r1 = r0 + 1 + c % (h - r0)
+            nd = g.make_node("Slice", [x], {"starts": [0, 0, r0, 0], "ends": [1, 2, r1, 3], "steps": [1, 1, 1, 1]})
+        names.append(nd.outputs[0])
+    g.outputs = names[len(heights):]
+    got = run_graph(g, feeds)
+    views = row_views(g, g.outputs, stored)
+    assert set(views) == set(g.outputs)
+    for name, pieces in views.items():
+        want = got[name][0, 0, :, 0]
+        labels = []
+        for p in pieces:
+            assert p.pitch == stored[p.src]["h"] and p.dram == stored[p.src]["dram"]
+            labels += [10 * int(p.src[1:]) + p.row + y for y in range(p.hi - p.lo)]
+        assert [p.lo for p in pieces] == [0] + [p.hi for p in pieces[:-1]] and pieces[-1].hi == len(want)
+        assert labels == want.tolist(), name
