@@ -35,12 +35,12 @@ from hwc.tile.layers import (
     partition,
     space_to_depth,
 )
-from hwc.tile.views import host_work, row_views
+from hwc.tile.views import host_sources, host_work, row_views
 
 
 def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True, double_buffer: bool = True,
-             pin: list[dict] | None = None, jobs: int | None = None,
-             cache: dict | None = None) -> list[tuple[TilePlan, TileProgram, dict]]:
+             pin: list[dict] | None = None, jobs: int | None = None, cache: dict | None = None,
+             sources: bool = True) -> list[tuple[TilePlan, TileProgram, dict]]:
     """Partition the int8 graph and generate one tile program per tile segment, with the choices made
     (im2col, tiling and load policies: `pin`, a previous build's report["schedule"], repeats them: an
     ablation then changes one thing only). A thin first layer is built both with and without the host
@@ -48,14 +48,22 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
     alignments (`layers.space_to_depth`): the cycle model keeps the fastest. The candidates are generated
     and timed in `jobs` processes (`search_jobs`); the result does not depend on it.
 
-    Segment k's data and program follow segment k-1's in external memory (one address space). `cache`: a dict
+    Segment k's data and program follow segment k-1's in external memory (one address space), after the host
+    tensors whose row bands the segments read in place (`views.host_sources`, with `sources`; where no segment
+    reads one in place, e.g. its bands take the host im2col, the build is scheduled again without). `cache`: a dict
     kept across calls on rewrites of one graph (`bands.fit_act`): a segment the same as one scheduled before (its
     layers, tensors, DRAM base and pin) is not scheduled again."""
     n = target["array"]["rows"]
     out = []
     base = 0
-    stored: dict[str, dict] = {}   # earlier segments' outputs in external memory (`views.row_views`)
-    for k, plan in enumerate(partition(g, n)):
+    plans = partition(g, n)
+    # in external memory before the segments (`views.row_views`): the host tensors whose row bands the tile reads
+    # in place (written once by the host, first in memory), then each segment's outputs
+    stored: dict[str, dict] = {}
+    for name, d in (host_sources(g, plans, n) if sources else {}).items():
+        stored[name] = dict(d, dram=base)
+        base += -(-(-(-d["c"] // n) * d["h"] * d["w"] * n) // 64) * 64
+    for k, plan in enumerate(plans):
         fixed = pin[k] if pin and k < len(pin) else None
         plan.views = row_views(g, plan.inputs, stored)
         key = _segment_key(plan, base, fixed, im2col, stack, double_buffer) if cache is not None else None
@@ -72,6 +80,11 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
                               "w": done.tensors[name].w, "s2d": done.tensors[name].s2d} for name in done.outputs})
         end = host.program_offset(prog.dram_bytes) + len(prog.program) * isa.INSN_BYTES
         base = -(-end // 64) * 64
+    made = {name for plan in plans for name in plan.outputs}
+    read = {p.src for _, prog, _ in out for pieces in prog.views.values() for p in pieces}
+    if any(name not in made and name not in read for name in stored):   # (a host tensor no segment reads)
+        return schedule(g, target, im2col=im2col, stack=stack, double_buffer=double_buffer, pin=pin, jobs=jobs,
+                        cache=cache, sources=False)
     return out
 
 
@@ -429,8 +442,16 @@ class TileArtifact(Artifact):
         mem = self.memory_image()
         total = 0
         t0 = time.perf_counter()
+        written: set[str] = set()
         for k, io in enumerate(segments):
             self._host_run(env, io["pre"])
+            for t in io["inputs"]:   # host tensors the tile reads rows of in place (`views.host_sources`): once
+                for p in t.get("view", ()):
+                    if p["src"] in env and p["src"] not in written and p["src"] not in self._tile_made:
+                        c, w, s2d = p["layout"]
+                        data = host.pack(host.stack_pixels(env[p["src"]], s2d), c, p["pitch"], w, n)
+                        mem[p["dram"]:p["dram"] + len(data)] = data
+                        written.add(p["src"])
             for t in io["inputs"]:
                 if t.get("view"):   # (the tile reads its rows where an earlier segment stored them)
                     continue
@@ -473,6 +494,11 @@ class TileArtifact(Artifact):
             mem[io["dram_base"]:io["dram_base"] + c1 - c0] = self.const[c0:c1]
             mem[io["prog_offset"]:io["prog_offset"] + p1 - p0] = self.program[p0:p1]
         return mem
+
+    @property
+    def _tile_made(self) -> set[str]:
+        """The tile segments' outputs (in external memory where the tile stored them)."""
+        return {t["name"] for io in self.info["tile"]["segments"] for t in io["outputs"]}
 
     def _host_env(self, feeds, pre_names):
         env = {v.name: v.data for v in self.graph.values.values() if v.is_const}
@@ -605,6 +631,13 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
         "param": {"entries_used": max(mm["param"]["entries_used"] for mm in memory_maps),
                   "entries": memory_maps[0]["param"]["entries"]},
     }
+    # (the host tensors the segments read rows of in place, `views.host_sources`: first in memory)
+    made = {t["name"] for io in ios for t in io["outputs"]}
+    hosted = {p["src"]: p for io in ios for t in io["inputs"] for p in t.get("view", ()) if p["src"] not in made}
+    n = target["array"]["rows"]
+    memory_map["dram"] = [{"name": f"input.{x}", "offset": p["dram"], "kind": "input",
+                           "size": -(-p["layout"][0] // n) * p["pitch"] * p["layout"][1] * n}
+                          for x, p in sorted(hosted.items())] + memory_map["dram"]
     tile_v = None
     if hdl:
         from hwc.hw.hdl_cache import cached_text, finish_background

@@ -88,6 +88,31 @@ def _pieces(g: Graph, name: str, stored: dict[str, dict], producers: dict, depth
     return None
 
 
+def host_sources(g: Graph, plans: list, n: int) -> dict[str, dict]:
+    """Host tensors (the quantized model input) whose row Slices are tile inputs (the row bands of a chain that
+    starts at the model input): the host writes each once, whole, and the bands read their rows in place. Each
+    laid out as the scheduler stacks a tensor by default (`layers.space_to_depth`: pixels per line the largest power
+    of two that fits the lanes and divides the width): name -> {"c", "h", "w", "s2d"} (stacked sizes)."""
+    producers = g.producers()
+    tile_made = {o for plan in plans for o in plan.outputs}
+    out = {}
+    for plan in plans:
+        for name in plan.inputs:
+            nd = producers.get(name)
+            if nd is None or nd.op != "Slice" or _rows_of_slice(g, nd) is None:
+                continue
+            x = nd.inputs[0]
+            shape = g.type(x).shape
+            if x in tile_made or x in out or shape[0] != 1 or g.type(x).dtype != "int8":
+                continue
+            _, c, h, w = shape
+            k = 1
+            while c * k * 2 <= n and w % (k * 2) == 0:
+                k *= 2
+            out[x] = {"c": c * k, "h": h, "w": w // k, "s2d": k}
+    return out
+
+
 def row_views(g: Graph, inputs: list[str], stored: dict[str, dict]) -> dict[str, tuple[Piece, ...]]:
     """The segment inputs whose rows are all in external memory already, each with its pieces (one layout only).
     `stored`: earlier segments' outputs, name -> {"dram", "c", "h", "w", "s2d"} (laid out: stacked sizes)."""
@@ -108,6 +133,8 @@ def host_work(g: Graph, segments: list[dict]) -> tuple[set[str], set[str]]:
     tile_out |= {v for io in segments for v in io.get("aliases", {})}
     want = list(g.outputs) + [t["im2col"]["src"] if t.get("im2col") else t["name"]
                               for io in segments for t in io["inputs"] if not t.get("view")]
+    want += [p["src"] for io in segments for t in io["inputs"] for p in t.get("view", ())   # (`host_sources`)
+             if p["src"] not in tile_out]
     nodes: set[str] = set()
     read: set[str] = set()
     while want:

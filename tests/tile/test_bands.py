@@ -293,7 +293,8 @@ def _view_case(c: int):
 def test_the_next_segment_reads_the_bands_where_the_tile_stored_them(target):
     """No host work between the bands and the segment after them: that segment's LOADs read each band's output
     rows where its segment stored them (hwc.tile.views), the Concat is no host node, the host neither reads the
-    bands' outputs nor writes the Concat; outputs equal the int8 reference; the RTL equals the model (cycles too)."""
+    bands' outputs nor writes the Concat; the bands read their rows of the model input, which the host writes once;
+    outputs equal the int8 reference; the RTL equals the model (cycles too)."""
     from hwc import isa
 
     g = _view_case(target["array"]["rows"])
@@ -322,6 +323,12 @@ def test_the_next_segment_reads_the_bands_where_the_tile_stored_them(target):
     assert loads and min(i.get("dram") for i in loads) * beat == stored[cat.inputs[0]]["dram"]
     assert not any(r["name"] == f"input.{cat.outputs[0]}" for r in art.memory_map["dram"])
     assert cat.name not in {n for io in segs for n in io["pre"] + io["post"]}
+    # the bands read the model input's rows in place too: the host writes x once, first in memory, and runs nothing
+    assert all(not io["pre"] and not io["post"] for io in segs)
+    for io in segs[:-1]:
+        (band_in,) = io["inputs"]
+        assert [p["src"] for p in band_in["view"]] == ["x"] and band_in["dram"] is None
+    assert art.memory_map["dram"][0]["name"] == "input.x" and art.memory_map["dram"][0]["offset"] == 0
     cat_d = next(d for d in art.report["partition"] if d["node"] == cat.name)
     assert cat_d["where"] == "dram" and "no host work" in cat_d["why"], cat_d
     _rtl_equals_model_equals_reference(art, g, feeds_for(g, seed=4))
@@ -418,3 +425,21 @@ def test_row_views_follow_slices_and_concats_of_stored_rows(heights, ops):
             labels += [10 * int(p.src[1:]) + p.row + y for y in range(p.hi - p.lo)]
         assert [p.lo for p in pieces] == [0] + [p.hi for p in pieces[:-1]] and pieces[-1].hi == len(want)
         assert labels == want.tolist(), name
+
+
+def test_no_region_for_a_host_tensor_no_band_reads_in_place():
+    """MobileNetV1-0.25 at 224x224 on tile32x32: its first bands take the host im2col of the thin first layer (rows
+    of windows the host builds), so no segment reads the quantized input in place: the build is scheduled without a
+    region for it (the first segment's data at address 0), and the host writes the bands' im2col inputs."""
+    from hwc import zoo
+    from hwc.frontend import import_onnx
+    from hwc.quant.build import quantize_model
+
+    m = zoo.mobilenet_v1_025(input_size=224)
+    q = quantize_model(import_onnx(m), T32, zoo.random_inputs(m, n=2, seed=3))
+    art = build_tile(q, T32, hdl=False)
+    segs = art.info["tile"]["segments"]
+    assert art.report["act_fit"]["bands"] and segs[0]["inputs"][0].get("im2col")
+    assert segs[0]["dram_base"] == 0 and not any(r["name"].startswith("input.input") for r in art.memory_map["dram"])
+    assert all(p["src"] in {o["name"] for io in segs for o in io["outputs"]}
+               for io in segs for t in io["inputs"] for p in t.get("view", ()))
