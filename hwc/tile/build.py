@@ -62,7 +62,7 @@ def schedule(g: Graph, target: dict, *, im2col: bool = True, stack: bool = True,
     stored: dict[str, dict] = {}
     for name, d in (host_sources(g, plans, n) if sources else {}).items():
         stored[name] = dict(d, dram=base)
-        base += -(-(-(-d["c"] // n) * d["h"] * d["w"] * n) // 64) * 64
+        base += -(-host.packed_bytes(d["c"], d["h"], d["w"], n) // 64) * 64
     for k, plan in enumerate(plans):
         fixed = pin[k] if pin and k < len(pin) else None
         plan.views = row_views(g, plan.inputs, stored)
@@ -119,7 +119,7 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
         if expand == "rows" and not stack:
             continue
         layouts = set()
-        for flat_kind, flat, padded, loose, keep in _with_views(flats, start, n, stack, fixed):
+        for flat_kind, flat, padded, loose, keep in _with_views(flats, start, stack, fixed):
             for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
                 p = copy.deepcopy(start)
                 if stack:
@@ -159,24 +159,17 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
     return plan, prog, dict(choice, im2col="rows" if "rows" in kinds else bool(kinds))
 
 
-def _with_views(flats: list[tuple], plan: TilePlan, n: int, stack: bool, fixed) -> list[tuple]:
+def _with_views(flats: list[tuple], plan: TilePlan, stack: bool, fixed) -> list[tuple]:
     """The stacking variants (`flats`), each also with the inputs an earlier segment stored one pixel per line
-    kept so (`space_to_depth(keep=)`), where it would stack them: then the tile reads them where they are
-    (`hwc.tile.views`) instead of the host writing them again. (flat kind, flat, padded, loose, keep) each."""
+    kept so (`space_to_depth(keep=)`): then the tile reads them where they are (`hwc.tile.views`) instead of the
+    host writing them again (a variant where keeping changes nothing is the same layout as one tried already:
+    `_schedule_segment` skips it). (flat kind, flat, padded, loose, keep) each."""
     out = [(*x, frozenset()) for x in flats]
     keep = frozenset(name for name, pieces in plan.views.items()   # (an input the host im2col expands is no more)
                      if name in plan.inputs and pieces[0].layout == (plan.tensors[name].c, plan.tensors[name].w, 1))
-    if not stack or not keep:
+    if not stack or not keep or (fixed is not None and not fixed.get("keep")):   # (pinned: as the build it repeats)
         return out
-    if fixed is not None:   # (pinned: as the build it repeats)
-        return [(*x, keep) for x in flats] if fixed.get("keep") else out
-    trial = []
-    for x in flats:
-        p = copy.deepcopy(plan)
-        space_to_depth(p, n, shift=False, flat=x[1], padded=x[2], loose=x[3])
-        if any(p.tensors[name].s2d != 1 for name in keep):
-            trial.append((*x, keep))
-    return out + trial
+    return ([] if fixed is not None else out) + [(*x, keep) for x in flats]
 
 
 def _segment_key(plan: TilePlan, base: int, fixed, *flags) -> str:
@@ -373,22 +366,27 @@ SAME_SIZE = 0.01
 
 def _pick(candidates: list[tuple]):
     """(cycles, plan, program, choice) candidates -> the fastest, or among those within SAME_SPEED of it (and of
-    those, the ones with the fewest input bytes the host writes) the smallest program (the fastest of those within
+    those, the ones with the fewest input beats the host writes) the smallest program (the fastest of those within
     SAME_SIZE of the smallest)."""
     fastest = min(c[0] for c in candidates)
     near = [c for c in candidates if c[0] <= fastest * (1 + SAME_SPEED)]
-    least = min(_host_bytes(c[1], c[2]) for c in near)   # (the host's work between segments first)
-    near = [c for c in near if _host_bytes(c[1], c[2]) == least]
+    least = min(_host_beats(c[1], c[2]) for c in near)   # (the host's work between segments first)
+    near = [c for c in near if _host_beats(c[1], c[2]) == least]
     smallest = min(len(c[2].program) for c in near)
     small = [c for c in near if len(c[2].program) <= smallest * (1 + SAME_SIZE)]
     return min(small, key=lambda c: (c[0], len(c[2].program)))
 
 
-def _host_bytes(plan: TilePlan, prog: TileProgram) -> int:
-    """Bytes of the segment's inputs the host writes (those the tile reads where an earlier segment stored them
-    cost the host nothing)."""
+def _host_beats(plan: TilePlan, prog: TileProgram) -> int:
+    """Beats (lines) of the segment's inputs the host writes (those the tile reads where they already are in
+    external memory cost the host nothing)."""
     return sum(plan.tensors[name].cb * plan.tensors[name].h * plan.tensors[name].w for name in plan.inputs
                if name not in prog.views)
+
+
+def tile_outputs(ios: list[dict]) -> set[str]:
+    """The tile segments' outputs (`tile_io` of each): in external memory where the tile stored them."""
+    return {t["name"] for io in ios for t in io["outputs"]}
 
 
 def tile_io(plan: TilePlan, prog: TileProgram) -> dict:
@@ -442,12 +440,12 @@ class TileArtifact(Artifact):
         mem = self.memory_image()
         total = 0
         t0 = time.perf_counter()
-        written: set[str] = set()
+        written = tile_outputs(segments)   # (host sources written, and the tile's outputs: never the host's)
         for k, io in enumerate(segments):
             self._host_run(env, io["pre"])
             for t in io["inputs"]:   # host tensors the tile reads rows of in place (`views.host_sources`): once
                 for p in t.get("view", ()):
-                    if p["src"] in env and p["src"] not in written and p["src"] not in self._tile_made:
+                    if p["src"] in env and p["src"] not in written:
                         c, w, s2d = p["layout"]
                         data = host.pack(host.stack_pixels(env[p["src"]], s2d), c, p["pitch"], w, n)
                         mem[p["dram"]:p["dram"] + len(data)] = data
@@ -470,7 +468,7 @@ class TileArtifact(Artifact):
             for t in io["outputs"]:
                 if not t.get("host", True):   # (only later segments' LOADs read it)
                     continue
-                nbytes = -(-t["c"] // n) * t["h"] * t["w"] * n
+                nbytes = host.packed_bytes(t["c"], t["h"], t["w"], n)
                 y = host.unpack(bytes(mem[t["dram"]:t["dram"] + nbytes]), t["c"], t["h"], t["w"], n,
                                 tuple(t["shape"]), t["s2d"])
                 env[t["name"]] = y
@@ -494,11 +492,6 @@ class TileArtifact(Artifact):
             mem[io["dram_base"]:io["dram_base"] + c1 - c0] = self.const[c0:c1]
             mem[io["prog_offset"]:io["prog_offset"] + p1 - p0] = self.program[p0:p1]
         return mem
-
-    @property
-    def _tile_made(self) -> set[str]:
-        """The tile segments' outputs (in external memory where the tile stored them)."""
-        return {t["name"] for io in self.info["tile"]["segments"] for t in io["outputs"]}
 
     def _host_env(self, feeds, pre_names):
         env = {v.name: v.data for v in self.graph.values.values() if v.is_const}
@@ -539,8 +532,8 @@ class TileArtifact(Artifact):
         if not self.tile_v:
             raise UserError("this artifact has no tile.v to simulate (it was built with --no-hdl); rebuild it with "
                             "`hwc build` without --no-hdl.")
-        out_regions = [(t["dram"], -(-t["c"] // self.target["array"]["rows"]) * t["h"] * t["w"]
-                        * self.target["array"]["rows"]) for t in io["outputs"]]
+        out_regions = [(t["dram"], host.packed_bytes(t["c"], t["h"], t["w"], self.target["array"]["rows"]))
+                       for t in io["outputs"]]
         return run_rtl(self.target, self.tile_v, b"", bytes(mem), io["prog_offset"] // isa.INSN_BYTES, out_regions,
                        vcd=vcd)
 
@@ -632,11 +625,11 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
                   "entries": memory_maps[0]["param"]["entries"]},
     }
     # (the host tensors the segments read rows of in place, `views.host_sources`: first in memory)
-    made = {t["name"] for io in ios for t in io["outputs"]}
+    made = tile_outputs(ios)
     hosted = {p["src"]: p for io in ios for t in io["inputs"] for p in t.get("view", ()) if p["src"] not in made}
-    n = target["array"]["rows"]
     memory_map["dram"] = [{"name": f"input.{x}", "offset": p["dram"], "kind": "input",
-                           "size": -(-p["layout"][0] // n) * p["pitch"] * p["layout"][1] * n}
+                           "size": host.packed_bytes(p["layout"][0], p["pitch"], p["layout"][1],
+                                                     target["array"]["rows"])}
                           for x, p in sorted(hosted.items())] + memory_map["dram"]
     tile_v = None
     if hdl:

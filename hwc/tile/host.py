@@ -22,6 +22,11 @@ def pack(x: np.ndarray, c: int, h: int, w: int, n: int) -> bytes:
     return lines.reshape(cb, n, h, w).transpose(0, 2, 3, 1).tobytes()
 
 
+def packed_bytes(c: int, h: int, w: int, n: int) -> int:
+    """Bytes of a [C, H, W] tensor in external memory (`pack`: channel blocks of n lanes)."""
+    return -(-c // n) * h * w * n
+
+
 def stack_pixels(x: np.ndarray, f: int) -> np.ndarray:
     """[1, C, H, W] -> [1, C*f, H, W/f]: channel c + C*a of column U is pixel f*U + a (layers.space_to_depth)."""
     if f == 1:

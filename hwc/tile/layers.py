@@ -662,6 +662,15 @@ def dw_post_flat(plan: TilePlan, target: dict) -> tuple[dict[str, ConvLayer], fr
     return out, frozenset(only_pairs)
 
 
+def most_stacked(c: int, w: int, n_lanes: int) -> int:
+    """The most pixels a line of `n_lanes` lanes holds of a tensor of c channels and width w: a power of two that
+    divides the width (`space_to_depth` starts each tensor there)."""
+    k = 1
+    while c * k * 2 <= n_lanes and w % (k * 2) == 0:
+        k *= 2
+    return k
+
+
 def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: frozenset[str] = frozenset(),
                    padded: frozenset[str] = frozenset(), loose: frozenset[str] = frozenset(),
                    keep: frozenset[str] = frozenset()) -> None:
@@ -704,12 +713,8 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
     for layer in plan.layers:
         if isinstance(layer, MaxPoolLayer):
             fixed.update((layer.src, layer.dst))
-    f: dict[str, int] = {}
-    for name, t in plan.tensors.items():
-        k = 1
-        while name not in fixed and t.c * k * 2 <= n_lanes and t.w % (k * 2) == 0 and len(t.graph_shape) == 4:
-            k *= 2
-        f[name] = k
+    f = {name: 1 if name in fixed or len(t.graph_shape) != 4 else most_stacked(t.c, t.w, n_lanes)
+         for name, t in plan.tensors.items()}
     # Every convolution needs an integer stride on the stacked input (sx * fo divisible by fi), residual
     # operands and their result share one layout, and stacking needs the width to divide. First raise
     # the output factor of convolutions whose thin input is stacked deeper (only increases: it ends),

@@ -1,4 +1,4 @@
-"""Tile inputs read straight from external memory: row views of earlier segments' outputs.
+"""Tile inputs read straight from external memory: row views of earlier segments' outputs (and of the model input).
 
 A tile segment stores its outputs in external memory ([channel block][row][column][lane], `host.pack`), and a
 later segment's input is often only rows of them: the row bands `hwc.tile.bands` cuts (a Slice of the chain's
@@ -6,7 +6,9 @@ input rows per band, a Concat of the bands' outputs) or a tensor live across a s
 is needed between the segments: the later segment's LOADs read those rows where the earlier one stored them
 (a row offset, and the source's rows as the pitch between channel blocks; a Concat is one LOAD per part).
 
-`row_views` finds, for a segment's inputs, where their rows already are; the Placement (`hwc.tile.place`) uses
+The same holds for the bands of a chain that starts at the model input: `host_sources` gives the (quantized) input a
+region of its own, which the host writes once, whole. `row_views` finds, for a segment's inputs, where their rows
+already are; the Placement (`hwc.tile.place`) uses
 a view when the input is laid out as its source (the same stacked channels, width and pixels per line), else
 the host writes the input as before. `host_work` then says which host nodes still have work, and which outputs
 the host reads.
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 from hwc.ir.graph import Graph
 from hwc.ir.ops import slice_ranges
+from hwc.tile.layers import most_stacked
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,9 @@ def _pieces(g: Graph, name: str, stored: dict[str, dict], producers: dict, depth
     if nd is None or depth > 64 or len(g.type(name).shape) != 4:
         return None
     q = g.values[name].quant
-    for i in nd.inputs:   # (int8 Slice and Concat copy values: the quantizer requantizes a Concat's inputs first)
-        qi = g.values[i].quant if i else None
-        if i and (qi is None) != (q is None) or (q is not None and qi is not None and not (
+    for i in filter(None, nd.inputs):   # (int8 Slice and Concat copy values: a Concat's inputs are requantized first)
+        qi = g.values[i].quant
+        if (qi is None) != (q is None) or (q is not None and not (
                 (qi.scale == q.scale).all() and (qi.zero_point == q.zero_point).all())):
             return None
     if nd.op in ("Identity", "Reshape") and g.type(nd.inputs[0]).shape == g.type(name).shape:
@@ -91,8 +94,8 @@ def _pieces(g: Graph, name: str, stored: dict[str, dict], producers: dict, depth
 def host_sources(g: Graph, plans: list, n: int) -> dict[str, dict]:
     """Host tensors (the quantized model input) whose row Slices are tile inputs (the row bands of a chain that
     starts at the model input): the host writes each once, whole, and the bands read their rows in place. Each
-    laid out as the scheduler stacks a tensor by default (`layers.space_to_depth`: pixels per line the largest power
-    of two that fits the lanes and divides the width): name -> {"c", "h", "w", "s2d"} (stacked sizes)."""
+    laid out as the scheduler stacks a tensor by default (`layers.most_stacked`): name -> {"c", "h", "w", "s2d"}
+    (stacked sizes)."""
     producers = g.producers()
     tile_made = {o for plan in plans for o in plan.outputs}
     out = {}
@@ -106,16 +109,15 @@ def host_sources(g: Graph, plans: list, n: int) -> dict[str, dict]:
             if x in tile_made or x in out or shape[0] != 1 or g.type(x).dtype != "int8":
                 continue
             _, c, h, w = shape
-            k = 1
-            while c * k * 2 <= n and w % (k * 2) == 0:
-                k *= 2
+            k = most_stacked(c, w, n)
             out[x] = {"c": c * k, "h": h, "w": w // k, "s2d": k}
     return out
 
 
 def row_views(g: Graph, inputs: list[str], stored: dict[str, dict]) -> dict[str, tuple[Piece, ...]]:
     """The segment inputs whose rows are all in external memory already, each with its pieces (one layout only).
-    `stored`: earlier segments' outputs, name -> {"dram", "c", "h", "w", "s2d"} (laid out: stacked sizes)."""
+    `stored`: earlier segments' outputs and the host sources, name -> {"dram", "c", "h", "w", "s2d"} (laid out:
+    stacked sizes)."""
     producers = g.producers()
     out = {}
     for name in inputs:
