@@ -6,21 +6,19 @@ import math
 
 from hwc.ir.graph import Graph, Node
 
+MAC_OPS = ("Conv", "Gemm", "MatMul", "QConv", "QGemm", "QMatMul")
+
 
 def node_macs(g: Graph, n: Node) -> int:
-    """Multiply-accumulates of one node (0 for ops that do none)."""
-    if n.op == "Conv":
-        w = g.type(n.inputs[1])
-        out = g.type(n.outputs[0])
-        return out.size * math.prod(w.shape[1:])
-    if n.op == "Gemm":
-        a = g.type(n.inputs[0])
-        k = a.shape[0] if n.attrs["transA"] else a.shape[1]
-        return g.type(n.outputs[0]).size * k
-    if n.op == "MatMul":
-        a = g.type(n.inputs[0])
-        return g.type(n.outputs[0]).size * a.shape[-1]
-    return 0
+    """Multiply-accumulates of one Conv/Gemm/MatMul node, float or int8 (0 for ops that do none)."""
+    if n.op not in MAC_OPS:
+        return 0
+    out = g.type(n.outputs[0])
+    if n.op in ("Conv", "QConv"):
+        return out.size * math.prod(g.type(n.inputs[1]).shape[1:])
+    a = g.type(n.inputs[0])
+    k = a.shape[0] if n.attrs.get("transA") else a.shape[-1]
+    return out.size * k
 
 
 def graph_macs(g: Graph) -> int:

@@ -119,16 +119,13 @@ def cost_of(q: Graph, target_kind: str) -> tuple[int, int, int]:
 
     macs = cost = 0
     for n in q.nodes:
+        m = node_macs(q, n)
+        macs += m
         if n.op in ("QConv", "QGemm"):
             w = q.const(n.inputs[1])
-            out = q.type(n.outputs[0])
-            m = out.size * (math.prod(w.shape[1:]))
             density = 1.0 if target_kind == "tile" else float(np.count_nonzero(w)) / max(w.size, 1)
-            macs += m
             cost += int(round(m * density))
         else:
-            m = node_macs(q, n)
-            macs += m
             cost += FLOAT_MAC_COST * m
     nbytes = sum(v.type.nbytes for v in q.values.values() if v.is_const)
     return macs, cost, nbytes

@@ -18,6 +18,7 @@ Everything is deterministic: no timestamps and no wall-clock times.
 from __future__ import annotations
 
 from hwc import isa
+from hwc.analysis import node_macs
 from hwc.report import energy as en
 from hwc.report import events as ev
 
@@ -108,7 +109,7 @@ def _tile_host_layers(art) -> None:
         {"name": nd.name, "op": nd.op, "where": "host",
          "position": "pre" if i < first else "post" if i > last else "between",
          "in_shapes": _shape_list(g, [x for x in nd.inputs if x and not g.values[x].is_const]),
-         "out_shape": list(g.type(nd.outputs[0]).shape), "macs": ev.node_macs(g, nd)}
+         "out_shape": list(g.type(nd.outputs[0]).shape), "macs": node_macs(g, nd)}
         for i, nd in enumerate(g.nodes) if nd.name in host]
 
 
@@ -173,7 +174,7 @@ def _graph_layers(art) -> tuple[list[dict], dict]:
     for nd, e in zip(g.nodes, per_node):
         rows.append({"name": nd.name, "op": nd.op, "where": "host",
                      "in_shapes": _shape_list(g, [x for x in nd.inputs if x and not g.values[x].is_const]),
-                     "out_shape": list(g.type(nd.outputs[0]).shape), "macs": ev.node_macs(g, nd),
+                     "out_shape": list(g.type(nd.outputs[0]).shape), "macs": node_macs(g, nd),
                      "events": e, **_bytes(e)})
     rep["layers"] = rows
     return rows, ev.graph_events(g)[1]
@@ -196,7 +197,7 @@ def _cpu_layers(art) -> tuple[list[dict], dict]:
         acts = [b for b in ins.reads if prog.storage(b).region != "weight"]
         wgts = [b for b in ins.reads if prog.storage(b).region == "weight"]
         out = prog.buffers[ins.writes[0]].type if ins.writes else None
-        macs = ev.node_macs(g, ins.node) if ins.node is not None else 0
+        macs = node_macs(g, ins.node) if ins.node is not None else 0
         int8 = bool(ins.reads) and prog.buffers[ins.reads[0]].type.dtype in ("int8", "uint8")
         e: dict = {}
         if macs:

@@ -35,9 +35,8 @@ weights, the inputs and the outputs once per inference. Instruction overhead of 
 
 from __future__ import annotations
 
-import math
-
 from hwc import isa
+from hwc.analysis import node_macs
 
 #: event -> (category, its price in the energy table)
 EVENTS: dict[str, tuple[str, str]] = {
@@ -180,21 +179,6 @@ def tile_events(program: list[isa.Insn], owner: list[int], n_layers: int, target
 
 
 # ---- CPU / reference: an estimate from the graph -----------------------------------------------
-MAC_OPS = ("Conv", "Gemm", "MatMul", "QConv", "QGemm", "QMatMul")
-
-
-def node_macs(g, nd) -> int:
-    """MACs of a Conv/Gemm/MatMul node, float or int8 (0 for other ops)."""
-    if nd.op not in MAC_OPS:
-        return 0
-    out = g.type(nd.outputs[0])
-    if nd.op in ("Conv", "QConv"):
-        return out.size * math.prod(g.type(nd.inputs[1]).shape[1:])
-    a = g.type(nd.inputs[0])
-    k = a.shape[0] if nd.attrs.get("transA") else a.shape[-1]
-    return out.size * k
-
-
 def graph_events(g) -> tuple[list[dict], dict]:
     """(events of each node in order, events of the rest: weights, inputs and outputs once)."""
     per_node = []

@@ -34,9 +34,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from hwc.analysis import node_macs
 from hwc.errors import UnsupportedError
 from hwc.ir.graph import Graph, QuantParams
-from hwc.report.events import node_macs
 
 #: A chain's first band count: its largest layer's ACT lines (input + output, as the scheduler laid them out) over
 #: this share of ACT (a band that still overflows gets more bands).
