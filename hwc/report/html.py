@@ -183,9 +183,10 @@ def _layer_table(p: _Page) -> None:
         return
     cols = ["#", "layer", "op", "where", "input shapes", "output shape", "MACs"]
     if tile:
-        cols += ["cycles", "time (µs)", "utilization"]
+        cols += ["cycles", "time (µs)", "utilization", "weights hidden"]
     cols += ["off-chip bytes", "on-chip bytes", "energy (nJ)"]
-    numeric = {"#", "MACs", "cycles", "time (µs)", "utilization", "off-chip bytes", "on-chip bytes", "energy (nJ)"}
+    numeric = {"#", "MACs", "cycles", "time (µs)", "utilization", "weights hidden", "off-chip bytes", "on-chip bytes",
+               "energy (nJ)"}
     head = "".join(f'<th class="{"num" if c in numeric else ""}">{_esc(c)}</th>' for c in cols)
     rows = []
     clock = r.get("time_us_at_clock", 0) / r["cycles"] if tile and r.get("cycles") else None
@@ -199,7 +200,7 @@ def _layer_table(p: _Page) -> None:
         cells = [f"<td class=num>{n}</td>", f"<td>{_esc(h['name'])}</td>", f"<td>{_esc(h['op'])}</td>",
                  "<td>host</td>", f"<td>{_esc(', '.join(_shape(s) for s in h['in_shapes']))}</td>",
                  f"<td>{_esc(_shape(h['out_shape']))}</td>", p.num(f"host_layers/{i}/macs")]
-        cells += ['<td class="num">–</td>'] * (3 if tile else 0) + ['<td class="num">–</td>'] * 3
+        cells += ['<td class="num">–</td>'] * (4 if tile else 0) + ['<td class="num">–</td>'] * 3
         return '<tr class="host">' + "".join(cells) + "</tr>"
 
     for i, h in pre:
@@ -214,7 +215,9 @@ def _layer_table(p: _Page) -> None:
                  f"<td>{_esc(_shape(entry.get('out_shape', [])))}</td>", p.num(f"layers/{i}/macs")]
         if tile:
             cells += [p.num(f"layers/{i}/cycles"), p.num(f"layers/{i}/cycles", "{:,.2f}", clock),
-                      p.num(f"layers/{i}/utilization", "{:.1%}")]
+                      p.num(f"layers/{i}/utilization", "{:.1%}"),
+                      p.num(f"layers/{i}/weight_load_hidden", "{:.0%}") if entry.get("weight_load_cycles")
+                      else '<td class="num">–</td>']
         cells += [p.num(f"layers/{i}/bytes_offchip") if "bytes_offchip" in entry else '<td class="num">–</td>',
                   p.num(f"layers/{i}/bytes_onchip") if "bytes_onchip" in entry else '<td class="num">–</td>']
         k = e_names.get(entry["name"])
@@ -228,7 +231,9 @@ def _layer_table(p: _Page) -> None:
     if tile:
         p.add('<p class="note">Cycles of a layer: from the issue of its first instruction to the end of its last '
               '(weight loads of a layer overlap the previous one). Utilization = the model\'s MACs of the layer / '
-              '(rows x cols x cycles). Bytes: exact counts of the command stream (off-chip: DMA and instruction '
+              '(rows x cols x cycles). Weights hidden: the share of the cycles of the weight LOADs of the groups '
+              'the layer opens (also those prefetched during earlier layers) during which the tile computed. '
+              'Bytes: exact counts of the command stream (off-chip: DMA and instruction '
               'fetch; on-chip: scratchpad reads and writes). Host rows run on the host CPU around the tile.</p>')
 
 

@@ -84,7 +84,7 @@ def layers(rep: dict) -> Table | None:
     for col in ("#", "layer", "op", "where", "input shapes", "output shape", "MACs"):
         t.add_column(col, justify="right" if col in ("#", "MACs") else "left")
     if tile:
-        for col in ("cycles", "µs", "utilization", ""):
+        for col in ("cycles", "µs", "utilization", "", "weights hidden"):
             t.add_column(col, justify="right" if col else "left")
     for col in ("off-chip B", "on-chip B", "energy nJ"):
         t.add_column(col, justify="right")
@@ -96,7 +96,7 @@ def layers(rep: dict) -> Table | None:
     def host_row(h):
         cells = [str(n), h["name"], h["op"], "host", ", ".join(_shape(s) for s in h["in_shapes"]),
                  _shape(h["out_shape"]), f"{h['macs']:,}"]
-        t.add_row(*cells, *(["–", "–", "–", ""] if tile else []), "–", "–", "–", style="dim")
+        t.add_row(*cells, *(["–", "–", "–", "", "–"] if tile else []), "–", "–", "–", style="dim")
 
     for h in (h for h in host if h.get("position") == "pre"):
         n += 1
@@ -109,7 +109,8 @@ def layers(rep: dict) -> Table | None:
                  f"{entry.get('macs', 0):,}"]
         if tile:
             u = entry.get("utilization", 0.0)
-            cells += [f"{entry['cycles']:,}", f"{entry['cycles'] * clock:,.2f}", f"{u:.1%}", _bar(u)]
+            cells += [f"{entry['cycles']:,}", f"{entry['cycles'] * clock:,.2f}", f"{u:.1%}", _bar(u),
+                      f"{entry['weight_load_hidden']:.0%}" if entry.get("weight_load_cycles") else "–"]
         e = energy.get(entry["name"])
         cells += [f"{entry['bytes_offchip']:,}" if "bytes_offchip" in entry else "–",
                   f"{entry['bytes_onchip']:,}" if "bytes_onchip" in entry else "–",

@@ -115,6 +115,7 @@ class TileProgram:
     insn_layer: list[int]           # layer index of every instruction (-1: none)
     emitted_at: dict = field(default_factory=dict)   # (group, index in it) -> instruction of each compute one
     views: dict = field(default_factory=dict)        # input -> the `views.Piece`s its LOADs read (no DRAM region)
+    wgt_layer: dict = field(default_factory=dict)    # weight LOAD instruction -> {layer: its share of the blocks}
 
 
 def _input_chunks(t: TileTensor, step: int) -> list[tuple[int, int, int, int]]:

@@ -65,6 +65,7 @@ class Placement:
         self.n, self.beat, self.timing = cg.n, cg.beat, cg.timing
         self.prog: list[isa.Insn] = []
         self.insn_layer: list[int] = []
+        self.wgt_layer: dict[int, dict] = {}   # weight LOAD instruction -> {layer: its share of the blocks}
         self.emitted_at: dict[tuple[int, int], int] = {}   # (group, index) -> instruction
         self.last_load = -1    # the id of the LOAD emitted last
         self.debt = 0          # estimated cycles the LOAD unit is busy ahead of the GEMMs emitted since
@@ -233,6 +234,8 @@ class Placement:
         """Group g's weight blocks [lo, hi) (all of them by default)."""
         n = self.n
         hi = len(g.blocks) if hi is None else hi
+        owners = [owner for b, owner in enumerate(block_layers(g)) if lo <= b < hi]
+        self.wgt_layer[len(self.prog)] = {li: owners.count(li) / len(owners) for li in sorted(set(owners))}
         self.load(self.wid[id(g)] if load_id is None else load_id, wait=wait, mem=int(Mem.WGT),
                   dram=g.dram // self.beat + lo * n, sram=(g.bank * self.cg.bank_blocks + lo) * n, rows=1,
                   row_beats=(hi - lo) * n, dram_stride=0, sram_stride=0)
@@ -345,7 +348,7 @@ class Placement:
             rec["insns"] = span.get(k, [0, 0])
             del rec["groups"]
         return TileProgram(self.prog, self.dram, self.regions, self.inputs, self.outputs, self.dram_bytes, act,
-                           layer_records, self.insn_layer, self.emitted_at, self.views)
+                           layer_records, self.insn_layer, self.emitted_at, self.views, self.wgt_layer)
 
     def _group(self, gi: int, g: Group) -> None:
         """Group `gi`'s compute instructions, with the loads placed around them."""
@@ -439,6 +442,17 @@ class Placement:
                         last_use[bb] = k
             G = self.weighted[self.wi + 1]
             self.ahead = self.prefetched[id(G)] = _Ahead(G, min(len(G.blocks), len(g.blocks)), last_use)
+
+
+def block_layers(g: Group) -> list[int]:
+    """The layer of each weight block of group g: the layer of the first GEMM that reads it (-1: none)."""
+    out = [-1] * len(g.blocks)
+    for e in reversed(g.compute):
+        if e.insn_args[0] == Op.GEMM:
+            f = e.insn_args[1]
+            for b in range(f["wblk"], f["wblk"] + 1 + f.get("dw9", 0)):
+                out[b] = e.layer
+    return out
 
 
 def first_pieces(g: Group) -> tuple[dict, dict]:

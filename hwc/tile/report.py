@@ -1,7 +1,8 @@
 """Figures of a tile build, from one run of the Python tile model (timing is data-independent).
 
 Per layer: cycles (first issue to last completion of its instructions), MACs, utilization
-= MACs / (rows * cols * cycles), array lines streamed, bytes loaded. Whole model: cycles,
+= MACs / (rows * cols * cycles), array lines streamed, bytes loaded, the cycles of its weight LOADs and the share
+hidden behind compute. Whole model: cycles,
 utilization, weight-load cycles and the share hidden behind compute (double-buffering),
 unit busy cycles, memory figures of the ACT plan.
 """
@@ -39,16 +40,34 @@ def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
     return total
 
 
+def _compute_union(res) -> list[tuple[int, int]]:
+    ops = res.ops
+    compute_ops = {int(isa.Op.GEMM), int(isa.Op.PPU), int(isa.Op.VEC), int(isa.Op.FILL)}
+    return _union([(int(res.issue[k]) + 1, int(res.end[k])) for k in range(len(ops)) if int(ops[k]) in compute_ops])
+
+
 def weight_loads_hidden(insns: list, res, skip: int = 0) -> tuple[int, int]:
     """(cycles of weight LOADs, of those overlapping compute) on the tile model's timeline `res`, the first
     `skip` weight LOADs left out."""
     ops = res.ops
-    compute_ops = {int(isa.Op.GEMM), int(isa.Op.PPU), int(isa.Op.VEC), int(isa.Op.FILL)}
-    compute = _union([(int(res.issue[k]) + 1, int(res.end[k])) for k in range(len(ops)) if int(ops[k]) in compute_ops])
     wloads = [(int(res.issue[k]) + 1, int(res.end[k])) for k in range(len(ops))
               if int(ops[k]) == isa.Op.LOAD and insns[k].get("mem") == isa.Mem.WGT]
     wl = _union(wloads[skip:])
-    return sum(e - s for s, e in wl), _overlap(wl, compute)
+    return sum(e - s for s, e in wl), _overlap(wl, _compute_union(res))
+
+
+def layer_weight_loads(prog: TileProgram, res) -> dict[int, tuple[float, float]]:
+    """Per layer (cycles of its weight LOADs, of those overlapping compute): each weight LOAD's cycles shared
+    among the layers whose GEMMs read its blocks, by blocks (`TileProgram.wgt_layer`), wherever the schedule
+    placed it (a prefetch during an earlier layer counts for the layer it feeds)."""
+    compute, out = _compute_union(res), {}
+    for k, shares in prog.wgt_layer.items():
+        span = [(int(res.issue[k]) + 1, int(res.end[k]))]
+        cycles, hidden = span[0][1] - span[0][0], _overlap(span, compute)
+        for li, share in shares.items():
+            c, h = out.get(li, (0.0, 0.0))
+            out[li] = (c + share * cycles, h + share * hidden)
+    return out
 
 
 def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
@@ -56,6 +75,7 @@ def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
     insns = prog.program
     layer_of = np.array(prog.insn_layer)
     wl_total, hidden = weight_loads_hidden(insns, res)
+    wloads = layer_weight_loads(prog, res)
     layers = []
     for li, rec in enumerate(prog.layers):
         idx = np.nonzero(layer_of == li)[0]
@@ -64,6 +84,7 @@ def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
         first, last = int(res.issue[idx].min()), int(res.end[idx].max())
         cycles = max(1, last - first)
         lines = sum(insns[k].get("n_outer") * insns[k].get("n_inner") for k in idx if insns[k].op == isa.Op.GEMM)
+        wl, wh = wloads.get(li, (0, 0))
         layers.append({
             "name": rec["name"], "op": rec["op"], "where": "tile", "macs": rec["macs"], "cycles": cycles,
             "start": first, "end": last,
@@ -71,6 +92,8 @@ def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
             "array_lines": int(lines),
             "array_busy": int(lines) / cycles,
             "instructions": int(len(idx)),
+            "weight_load_cycles": round(wl),
+            "weight_load_hidden": wh / wl if wl else 1.0,
         } | ({"dw_post": rec["dw_post"]} if "dw_post" in rec else {}))
     macs = sum(layer.macs for layer in plan.layers)
     cycles = int(res.cycles)

@@ -1561,3 +1561,60 @@ def test_a_residual_add_of_operands_with_different_row_pitches_through_the_rtl()
     art = build_tile(g, load_target("tile8x8"), hdl=True)
     _rtl_equals_model_equals_reference(art, g, {"x": np.random.default_rng(2).integers(-128, 128, (1, 5, 6, 5))
                                                 .astype(np.int8)})
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+def test_per_layer_weight_loads_follow_the_blocks_their_gemms_read(target):
+    """report.json's per-layer weight-load cycles and hidden share, recomputed from the instruction stream alone:
+    every weight LOAD writes blocks of WGT; each block is charged to the layer of the first GEMM that reads it
+    after that LOAD (before another LOAD overwrites it), the LOAD's cycles shared by blocks; hidden = the part
+    of its cycles during which a GEMM, PPU, VEC or FILL is busy (the tile model's timeline)."""
+    b = QBuilder(seed=4)
+    x = b.input("x", (1, 16, 10, 10), zp=0)
+    y = b.conv(b.conv(b.conv(x, 48), 64, k=1), 80)
+    from hwc import isa
+
+    art, prog, res, layer_of = _timeline(b.output(b.gap(y)), TARGETS[target])
+    n = TARGETS[target]["array"]["rows"]
+    busy = sorted((int(res.issue[k]) + 1, int(res.end[k])) for k, i in enumerate(prog)
+                  if i.op in (isa.Op.GEMM, isa.Op.PPU, isa.Op.VEC, isa.Op.FILL))
+    want: dict[int, list[float]] = {}
+    for k, i in enumerate(prog):
+        if i.op != isa.Op.LOAD or i.get("mem") != isa.Mem.WGT:
+            continue
+        first, count = i.get("sram") // n, i.get("row_beats") // n
+        owner, live = {}, set(range(first, first + count))
+        for j in range(k + 1, len(prog)):
+            q = prog[j]
+            if q.op == isa.Op.LOAD and q.get("mem") == isa.Mem.WGT:   # (overwritten from here on)
+                live -= set(range(q.get("sram") // n, q.get("sram") // n + q.get("row_beats") // n))
+            if q.op == isa.Op.GEMM:
+                for blk in range(q.get("wblk"), q.get("wblk") + 1 + q.get("dw9")):
+                    if blk in live:
+                        owner.setdefault(blk, layer_of[j])
+        assert len(owner) == count, "every block loaded is read"
+        s, e = int(res.issue[k]) + 1, int(res.end[k])
+        hidden = sum(max(0, min(e, b1) - max(s, b0)) for b0, b1 in _merged(busy))
+        for li in owner.values():
+            acc = want.setdefault(li, [0.0, 0.0])
+            acc[0] += (e - s) / count
+            acc[1] += hidden / count
+    (_, tp, _), = schedule(b.g, TARGETS[target], pin=art.report["schedule"])
+    got = {layer["name"]: (layer["weight_load_cycles"], layer["weight_load_hidden"]) for layer in art.report["layers"]}
+    assert len(want) >= 3
+    for li, (cycles, hidden) in want.items():
+        name = tp.layers[li]["name"]
+        assert got[name][0] == round(cycles), (name, got[name], want[li])
+        assert got[name][1] == pytest.approx(hidden / cycles), (name, got[name], want[li])
+    assert all(c == 0 for name, (c, _) in got.items() if name not in {tp.layers[li]["name"] for li in want})
+    assert sum(c for c, _ in got.values()) == pytest.approx(art.report["weight_load_cycles"], abs=len(got))
+
+
+def _merged(spans):
+    out = []
+    for s, e in spans:
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        elif e > s:
+            out.append([s, e])
+    return out
