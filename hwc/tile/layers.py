@@ -375,6 +375,8 @@ def _layer(plan: TilePlan, n: Node, src, alias, n_lanes: int) -> Layer:
             strides, pads, dil = tuple(a["strides"]), (p[0], p[1], p[2], p[3]), tuple(a["dilations"])
             macs = int(np.prod(g.type(n.outputs[0]).shape)) * int(np.prod(w.shape[1:]))
         else:
+            if n.inputs[0] in alias:   # (a segment input the Flatten reads gets its tile tensor first)
+                src(n.inputs[0])
             flat = _flatten_source(plan, n.inputs[0], alias)
             if flat is not None:       # Flatten + Gemm = a conv whose kernel is the whole input
                 s = flat.name
@@ -384,6 +386,9 @@ def _layer(plan: TilePlan, n: Node, src, alias, n_lanes: int) -> Layer:
                 wd = w.reshape(w.shape[0], w.shape[1], 1, 1)
             strides, pads, dil = (1, 1), (0, 0, 0, 0), (1, 1)
             macs = int(np.prod(g.type(n.outputs[0]).shape)) * w.shape[1]
+        if plan.tensors[s].c != wd.shape[1]:   # (never a silent wrong answer: a weight layout the input does not have)
+            raise AssertionError(f"layer {n.name!r}: weights over {wd.shape[1]} input channels, its tile input "
+                                 f"{s!r} has {plan.tensors[s].c}")
         folded = bias - z_in * wd.astype(np.int64).reshape(wd.shape[0], -1).sum(axis=1)
         out = _tensor(plan, n.outputs[0], n_lanes)
         return ConvLayer(n.name, s, out.name, wd, _i32(folded, n), mult, shift, a["z_out"], a["lo"], a["hi"],

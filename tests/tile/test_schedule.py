@@ -93,6 +93,30 @@ def test_flatten_gemm_is_a_whole_input_conv(target):
     check_exact(b.output(b.gemm(b.flatten(y), 10)), TARGETS[target])
 
 
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+@pytest.mark.parametrize("shape", [(1, 1, 8, 1), (1, 16, 1, 11), (1, 4, 8, 8)])
+def test_flatten_gemm_of_a_segment_input(target, shape):
+    """Flatten + Gemm straight on a tensor the tile does not produce (the model input; the output of a host LUT):
+    it was scheduled as a 1x1 conv of C*H*W channels over the C-channel image (wrong outputs, or a crash)."""
+    b = QBuilder(seed=1)
+    x = b.input("x", shape, zp=3)
+    check_exact(b.output(b.gemm(b.flatten(x), 10)), TARGETS[target])
+    b = QBuilder(seed=1)
+    x = b.input("x", shape, zp=3)
+    check_exact(b.output(b.gemm(b.flatten(b.lut(b.conv(x, 8))), 10)), TARGETS[target])
+
+
+def test_flatten_gemm_of_an_earlier_segments_output():
+    """The same behind a max pool too large for ACT, run in row bands (segments of their own): the Gemm's segment
+    reads the pooled rows where the bands stored them. 65 channels of 9 x 9 had failed to build (an ACT address out
+    of range)."""
+    b = QBuilder(seed=1)
+    x = b.input("x", (1, 65, 27, 27), zp=3)
+    art = check_exact(b.output(b.gemm(b.flatten(b.maxpool(x, 2, 3)), 10)), TARGETS["tile8x8"])
+    assert art.report["act_fit"]["bands"] == {"maxpool": 2}
+    assert {d["node"]: d.get("segment") for d in art.report["partition"]}["qgemm"] == 2
+
+
 pool_cases = st.fixed_dictionaries({
     "c": st.integers(1, 20), "h": st.integers(3, 12), "w": st.integers(3, 12), "k": st.sampled_from([1, 2, 3]),
     "s": st.sampled_from([1, 2, 3]), "pad": st.sampled_from([0, 1]), "kind": st.sampled_from(["max", "avg"]),
