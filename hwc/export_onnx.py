@@ -147,7 +147,8 @@ def _write(w: _Writer, n: Node) -> None:
     elif n.op == "Clip":
         lo = w.const(np.float32(a["min"]), f"{name}_min") if math.isfinite(a["min"]) else ""
         hi = w.const(np.float32(a["max"]), f"{name}_max") if math.isfinite(a["max"]) else ""
-        if g.type(n.inputs[0]).dtype != "float32":
+        # (a FusedElementwise chain's temporaries are float32 and not in the graph)
+        if n.inputs[0] in g.values and g.type(n.inputs[0]).dtype != "float32":
             dt = g.type(n.inputs[0]).np_dtype
             lo = w.const(np.asarray(math.ceil(a["min"]), dt), f"{name}_min") if lo else ""
             hi = w.const(np.asarray(math.floor(a["max"]), dt), f"{name}_max") if hi else ""

@@ -51,9 +51,16 @@ def check_model_support(path: str | os.PathLike, input_shapes: dict | None = Non
         key = node.op_type if node is not None else "(model)"
         r = rows.setdefault(key, {"op": key, "count": 0, "unsupported": 0, "unchecked": 0, "reasons": []})
         r["unchecked" if reason.startswith(UNCHECKED) else "unsupported"] += 1
-        label = f"{node.name or '?'}: {reason}" if node is not None else reason
+        label = f"{_node_label(model, node)}: {reason}" if node is not None else reason
         if len(r["reasons"]) < 3:
             r["reasons"].append(label)
         elif len(r["reasons"]) == 3:
             r["reasons"].append("...")
     return sorted(rows.values(), key=lambda r: (-r["unsupported"], r["op"])), notes
+
+
+def _node_label(model: onnx.ModelProto, node: onnx.NodeProto) -> str:
+    """A node's name, or its place in the graph when it has none ("node #3")."""
+    if node.name:
+        return node.name
+    return next((f"node #{i}" for i, n in enumerate(model.graph.node) if n is node), "an unnamed node")

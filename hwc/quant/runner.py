@@ -36,8 +36,11 @@ def _merged_attrs(n: Node, n_samples: int) -> dict | None:
     n_samples merged on it (None: the node's attributes need no change).
 
     The importer writes every bound in full (a batch-1 Slice has ends[0] = 1), so the
-    kernel would otherwise keep only the first of the merged samples.
+    kernel would otherwise keep only the first of the merged samples. One sample is the graph
+    as declared (whatever its batch): nothing to rewrite.
     """
+    if n_samples == 1:
+        return None
     if n.op == "Reshape":
         shape = list(n.attrs["shape"])
         return {**n.attrs, "shape": [n_samples * shape[0]] + shape[1:]}

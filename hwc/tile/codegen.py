@@ -501,12 +501,27 @@ class Codegen:
 
     # ---- 1. geometry --------------------------------------------------------------------------
     def assign_geometry(self) -> None:
+        floor: dict[str, int] = {}    # the smallest code a layer's output can hold (its clamp)
+        for layer in self.plan.layers:
+            if isinstance(layer, ConvLayer | GapLayer):
+                floor[layer.dst] = layer.lo
+            elif isinstance(layer, AddLayer):
+                floor[layer.dst] = layer.attrs.get("lo", INT8_MIN)
+            elif isinstance(layer, MaxPoolLayer):
+                floor[layer.dst] = floor.get(layer.src, INT8_MIN)
         for layer in self.plan.layers:
             if isinstance(layer, ConvLayer):
                 t = self.tensor(layer.src)
-                t.need_pads(layer.pads, t.zp)
-            elif isinstance(layer, MaxPoolLayer):
-                self.tensor(layer.src).need_pads(layer.pads, INT8_MIN)
+                t.need_pads(layer.pads, t.zp, layer.name)
+        for layer in self.plan.layers:
+            if isinstance(layer, MaxPoolLayer):
+                # a max pool's halo may hold any value no larger than every pixel: the convolutions' zero
+                # point serves when the tensor is clamped at or above it (a ReLU) and every window holds a
+                # pixel (pads smaller than the window)
+                kh, kw = layer.kernel
+                whole = all(p < k for p, k in zip(layer.pads, (kh, kw, kh, kw)))
+                self.tensor(layer.src).need_pads(layer.pads, INT8_MIN, layer.name,
+                                                 floor.get(layer.src) if whole else None)
         changed = True
         while changed:  # residual operands and their output share one geometry
             changed = False

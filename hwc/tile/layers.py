@@ -53,6 +53,7 @@ class TileTensor:
     shift: int = 0                             # stacked: pad pixels before pixel 0 in line 0 (0 or 1)
     w0: int = 0                                # stacked: the unstacked width
     tail: int = 0                              # lines after each channel block's grid (`share_pad_column`)
+    fill_reader: str = ""                      # the layer whose padding set `fill`
 
     @property
     def cb(self) -> int:
@@ -90,14 +91,22 @@ class TileTensor:
         """ACT line of channel block cb at (y, x) of the unpadded tensor (may be in the halo)."""
         return self.base + cb * self.block_lines + (y + self.pads[0]) * self.wp + (x + self.pads[1])
 
-    def need_pads(self, pads, fill: int) -> None:
+    def need_pads(self, pads, fill: int, reader: str, serves: int | None = None) -> None:
+        """Pads of at least `pads` holding `fill` for layer `reader`; a halo already holding another value
+        `v <= serves` also serves it (a max pool whose every window holds a pixel >= `serves`)."""
         for i in range(4):
             self.pads[i] = max(self.pads[i], pads[i])
         if any(pads):
             if self.fill is not None and self.fill != fill:
-                raise UnsupportedError(f"tensor {self.name!r} needs two different padding values ({self.fill} and "
-                                       f"{fill}) for its consumers", [self.name])
-            self.fill = fill
+                if serves is not None and self.fill <= serves:
+                    return
+                raise UnsupportedError(
+                    f"tensor {self.name!r} is read with padding by layers that need different padding values: "
+                    f"{self.fill_reader!r} pads it with {self.fill} and {reader!r} with {fill}. The tile stores one "
+                    f"halo per tensor: the zero point serves a max pool too when the tensor's producer clamps "
+                    f"at or above it (a fused ReLU), not here (e.g. the model input read by an Inception "
+                    f"block). Give the max pool no padding, or build for --target cpu.", [self.name])
+            self.fill, self.fill_reader = fill, reader
 
 
 # ---- layers -------------------------------------------------------------------------------------

@@ -97,6 +97,24 @@ def test_int8_build_through_the_api():
         np.testing.assert_array_equal(got[k], ref[k])
 
 
+def test_int8_global_max_pool():
+    """The quantizer keeps GlobalMaxPool in int8 (a max moves codes unchanged): the CPU backend
+    compiles it, bit-exact with the int8 reference."""
+    from onnx import helper
+    from onnx_helpers import F32, model
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalMaxPool", ["c"], ["y"])]
+    m = model(nodes, [("x", F32, [1, 3, 5, 7])], [("y", F32, [1, 20, 1, 1])],
+              {"W": (rng.standard_normal((20, 3, 3, 3)) * 0.3).astype(np.float32)})
+    art = hwc.build(m, target="cpu", calib={"x": rng.standard_normal((8, 1, 3, 5, 7)).astype(np.float32)})
+    assert "GlobalMaxPool" in {n.op for n in art.graph.nodes}
+    x = {"x": rng.standard_normal((3, 1, 3, 5, 7)).astype(np.float32)}
+    got, ref = art.run(x), art.run(x, engine="reference")
+    np.testing.assert_array_equal(got["y"], ref["y"])
+
+
 def test_compiled_code_is_vectorized():
     """The optimized IR of a conv model carries vector FMAs of the target's width, and the
     object calls nothing outside itself."""

@@ -156,6 +156,27 @@ def test_conv_then_layout_sensitive_ops():
     check_model(m, optimize=True)
 
 
+@pytest.mark.parametrize("case", ["conv_1x1_image", "pool_one_channel", "gap_softmax"])
+def test_layout_free_output_reshaped_to_an_image(case):
+    """A conv/pool output whose channels-last bytes are its logical bytes (H*W == 1 or C == 1),
+    reshaped to a rank-3 shape that is not: its consumers read it in logical order (the
+    GAP -> Reshape -> Softmax of attention blocks)."""
+    i64 = lambda v: np.array(v, np.int64)  # noqa: E731
+    if case == "conv_1x1_image":
+        x, shape, first = [4, 3, 1, 1], [2, 4, 4], helper.make_node("Conv", ["x", "W"], ["p"])
+        last, out = helper.make_node("Relu", ["r"], ["y"]), [2, 4, 4]
+    elif case == "pool_one_channel":
+        x, shape = [4, 1, 8], [2, 4, 2]
+        first = helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2], strides=[2])
+        last, out = helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1]), [2, 2, 4]
+    else:
+        x, shape, first = [1, 8, 3, 3], [1, 4, 2], helper.make_node("GlobalAveragePool", ["x"], ["p"])
+        last, out = helper.make_node("Softmax", ["r"], ["y"], axis=1), [1, 4, 2]
+    nodes = [first, helper.make_node("Reshape", ["p", "shp"], ["r"]), last]
+    m = model(nodes, [("x", F32, x)], [("y", F32, out)], {"W": _w(8, 3, 1, 1), "shp": i64(shape)})
+    check_model(m)
+
+
 def test_conv_output_is_graph_output_and_input_feeds_two_convs():
     inits = {"W": _w(4, 2, 3, 3), "V": _w(4, 2, 1, 1)}
     nodes = [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1]),
@@ -212,6 +233,26 @@ def test_gemm_runtime_b_and_c(tb):
     m = model(nodes, [("a", F32, [5, 7]), ("b", F32, [4, 7] if tb else [7, 4]), ("c", F32, [5, 1])],
               [("y", F32, [5, 4])])
     check_model(m)
+
+
+@pytest.mark.parametrize("c_shape", [[4], [1, 4], [1]])
+def test_gemm_runtime_b_constant_per_column_c(c_shape):
+    """alpha * A @ B + beta * C: a constant per-column C is not scaled by alpha when B is read in
+    place (the kernel's bias is added before the epilogue that applies alpha)."""
+    nodes = [helper.make_node("Gemm", ["a", "b", "C"], ["y"], alpha=0.5, beta=1.5)]
+    m = model(nodes, [("a", F32, [5, 7]), ("b", F32, [7, 4])], [("y", F32, [5, 4])], {"C": _w(*c_shape) + 1})
+    check_model(m)
+
+
+@pytest.mark.parametrize("op,attrs,c", [("MatMul", {}, None), ("Gemm", {"transB": 1}, None),
+                                        ("Gemm", {"transB": 1}, [4]), ("Gemm", {"transB": 1, "alpha": 2.0}, [1, 1]),
+                                        ("Gemm", {"transA": 1}, None)])
+def test_product_of_a_tensor_with_itself(op, attrs, c):
+    """MatMul(x, x) and Gemm(x, x, C) (x @ x.T + C): the kernel finds its operands by position,
+    so x is read twice and C stays the third operand."""
+    inits = {"C": _w(*c) + 1} if c else {}
+    nodes = [helper.make_node(op, ["x", "x"] + list(inits), ["y"], **attrs)]
+    check_model(model(nodes, [("x", F32, [4, 4])], [("y", F32, [4, 4])], inits))
 
 
 @pytest.mark.parametrize("sa,sb", [([3, 5], [5, 4]), ([2, 3, 5], [5, 21]), ([2, 3, 5], [2, 5, 4]),

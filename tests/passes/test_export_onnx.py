@@ -95,3 +95,17 @@ def test_opset_rises_only_when_needed_and_zero_dims_stay_zero():
     want, got = run_graph(g, feeds), ort_run(exported, feeds)
     close(got[r], want[r])
     assert got[e].shape == (0, 4)
+
+
+def test_a_clip_inside_a_fused_chain_exports():
+    """A Clip reading one of a FusedElementwise chain's temporaries (Sub -> Clip -> Add)."""
+    g = new_graph(x=(2, 8), z=(2, 8))
+    g.make_node("FusedElementwise", ["x", "z"], {"program": "sub %0 %1; clip %2 -0.5 0.5; add %3 %1"},
+                outputs=["y"])
+    g.outputs = ["y"]
+    exported = export_onnx(g)
+    onnx.checker.check_model(exported, full_check=True)
+    rng = np.random.default_rng(0)
+    feeds = {k: rng.standard_normal((2, 8)).astype(np.float32) for k in ("x", "z")}
+    want = np.clip(feeds["x"] - feeds["z"], -0.5, 0.5) + feeds["z"]
+    close(ort_run(exported, feeds)["y"], want)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from qgraphs import QBuilder
 
-from hwc.errors import TargetError, UserError
+from hwc.errors import TargetError, UnsupportedError, UserError
 from hwc.ir import verify
 from hwc.ref.interp import run_graph
 from hwc.tile.build import build_tile, schedule
@@ -134,6 +134,26 @@ def test_pooling(case):
     pool = b.maxpool if case["kind"] == "max" else b.avgpool
     z = pool(y, k=case["k"], s=case["s"], pads=(pad, pad, pad, pad))
     check_exact(b.output(z), TARGETS[case["target"]])
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_padded_max_pool_and_padded_conv_read_one_tensor(target):
+    """An Inception block: a padded max pool and a padded conv read one ReLU output. The tile keeps one
+    halo per tensor; the conv's zero point serves the max pool (every pixel is >= it, every window holds
+    a pixel). On the unclamped model input the two paddings conflict: a clear error naming both layers."""
+    b = QBuilder(seed=3)
+    x = b.input("x", (1, 6, 7, 9), zp=-3)
+    y = b.conv(x, 12, relu=True)
+    c = b.conv(y, 8, pads=[1, 1, 1, 1])
+    m = b.maxpool(y, 3, 1, (1, 1, 1, 1))
+    check_exact(b.output(c, m), TARGETS[target])
+    b = QBuilder(seed=3)
+    x = b.input("x", (1, 6, 7, 9), zp=-3)
+    c, m = b.conv(x, 8, pads=[1, 1, 1, 1]), b.maxpool(x, 3, 1, (1, 1, 1, 1))
+    g = b.output(c, m)
+    conv, pool = (n.name for n in g.nodes)
+    with pytest.raises(UnsupportedError, match=f"{conv!r} pads it with -3 and {pool!r} with -128"):
+        build_tile(g, TARGETS[target], hdl=False)
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))

@@ -139,7 +139,7 @@ def unsupported_reason(g: Graph, n: Node) -> str | None:
         return None
     if n.op in QUANT_OPS or n.op in ("QuantizeLinear", "DequantizeLinear"):
         return None
-    if n.op == "MaxPool" and dtypes in ({"int8"}, {"uint8"}):
+    if n.op in ("MaxPool", "GlobalMaxPool") and dtypes in ({"int8"}, {"uint8"}):
         return _pool_reason(g, n)
     if n.op in INT_EW_OPS and len(dtypes) == 1 and dtypes <= INT_DTYPES:
         return None
@@ -197,6 +197,11 @@ def classify(prog: Program) -> None:
             a["ew"] = _ew_of(g, prog, ins)
         elif op in ("MaxPool", "AveragePool"):
             a["kernel"] = "pool"
+        elif op == "GlobalMaxPool" and g.type(ins.reads[0]).dtype != "float32":
+            # an integer global max: one window over the whole image (the pooling kernel's integer max)
+            nd = g.type(ins.reads[0]).rank - 2
+            a.update(kernel="pool", kernel_shape=list(g.type(ins.reads[0]).shape[2:]), strides=[1] * nd,
+                     pads=[0] * (2 * nd), dilations=[1] * nd, ceil_mode=0)
         elif op in ("GlobalAveragePool", "GlobalMaxPool"):
             a["kernel"] = "gpool"
         else:
@@ -314,7 +319,7 @@ def fuse_epilogues(prog: Program) -> int:
                 if any(producer.get(o) is c for o in others):
                     continue
                 p.attrs["ew"] = merge_programs(p.attrs["ew"], c.attrs["ew"], name)
-                p.reads = list(dict.fromkeys(p.reads + others))
+                p.reads = _plus_operands(p.reads, others)
                 p.writes = list(c.writes)
                 p.name = f"{p.name}+{c.name}"
                 # the merged instruction runs where the consumer ran: its other operands exist by then
@@ -391,11 +396,13 @@ def is_reshaped_view(prog: Program, name: str) -> bool:
 
 def view_layout(prog: Program, name: str) -> str:
     """The layout in which buffer `name` can be read; "?" for a reshaped view of
-    channels-last bytes (only a logical copy of the storage makes it readable)."""
+    channels-last bytes (only a logical copy of the storage makes it readable). A reshaped
+    view of channels-last storage whose bytes are in logical order (C == 1, or no spatial
+    extent) is logical, whatever its own shape."""
     lay = storage_layout(prog, name)
-    if lay == CL and is_reshaped_view(prog, name) and not layout_free(prog.storage(name).type):
-        return "?"
-    return "" if layout_free(prog.buffers[name].type) and lay == CL and is_reshaped_view(prog, name) else lay
+    if lay == CL and is_reshaped_view(prog, name):
+        return "" if layout_free(prog.storage(name).type) else "?"
+    return lay
 
 
 class _Layouts:
@@ -504,7 +511,13 @@ def _epilogue_layouts(L: _Layouts, ins: Instr, layout: str) -> None:
             o = L.need(o, layout) if prog.buffers[o].type.shape == shape else L.need(o, "")
         ops.append(o)
     ew.operands = ops
-    ins.reads = list(dict.fromkeys(data + ew.names()))
+    ins.reads = _plus_operands(data, ew.names())
+
+
+def _plus_operands(reads: list[str], extra: list[str]) -> list[str]:
+    """`reads` kept as it is (a kernel finds its data operands by position: MatMul(x, x) reads x
+    twice) followed by the operands of `extra` it does not already read."""
+    return list(reads) + [o for o in dict.fromkeys(extra) if o not in reads]
 
 
 # ---- padding -------------------------------------------------------------------------------------
@@ -590,7 +603,7 @@ def write_into_pads(prog: Program) -> int:
 
 
 def _pad_value(g: Graph, ins: Instr) -> float:
-    if ins.op == "MaxPool":
+    if ins.op in ("MaxPool", "GlobalMaxPool"):
         return {"float32": -math.inf, "int8": -128, "uint8": 0}[g.type(ins.node.inputs[0]).dtype]
     if ins.op in ("QConv", "QAvgPool"):
         return ins.attrs["z_in"]

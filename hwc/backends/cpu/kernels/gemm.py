@@ -624,7 +624,9 @@ def emit_gemm(ctx) -> None:
         c_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
         if c_name is not None:
             cdata = ctx.const_data(c_name)
-            if cdata is not None and _per_column(cdata.shape, 2, 1):
+            # a per-column C is the kernel's bias, added before the epilogue: only where alpha
+            # is folded into B's panels (a B read in place gets alpha from the epilogue)
+            if cdata is not None and _per_column(cdata.shape, 2, 1) and (bconst is not None or alpha == 1):
                 bias = np.broadcast_to(cdata.astype(np.float64).reshape(-1), (Nc,)) * beta
             else:
                 pre = EwProgram([None, c_name], [EwInstr("Mul", (1, float(beta))), EwInstr("Add", (0, 2))])

@@ -43,7 +43,7 @@ def emit_pool(ctx) -> None:
     a = ins.attrs
     x, out = ins.reads[0], ctx.output()
     xt, ot = ctx.type(x), ctx.type(out)
-    is_max = ins.op == "MaxPool"
+    is_max = ins.op in ("MaxPool", "GlobalMaxPool")   # (an integer GlobalMaxPool is one window)
     nd = xt.rank - 2
     N, C = xt.shape[:2]
     if nd == 1:
