@@ -7,7 +7,6 @@ the default) or in the RTL (cocotb + Icarus), with the exact same inputs and out
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import time
@@ -28,6 +27,7 @@ from hwc.tile.layers import (
     HOST_COPIES,
     VIEWED,
     TilePlan,
+    copy_plan,
     dw_post_flat,
     host_im2col,
     im2col_first_layer,
@@ -113,7 +113,7 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
     for expand in ([True, "rows", False] if im2col else [False]):
         if fixed is not None and expand != fixed["im2col"]:
             continue
-        start = copy.deepcopy(plan)
+        start = copy_plan(plan)
         if expand is True and not im2col_first_layer(start, n, target["scratchpad"]["act_lines"]):
             continue  # no thin first layer to expand
         if expand == "rows" and not stack:
@@ -121,7 +121,7 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
         layouts = set()
         for flat_kind, flat, padded, loose, keep in _with_views(flats, start, stack, fixed):
             for shift in ([fixed.get("shift", False)] if fixed is not None else [True, False]):
-                p = copy.deepcopy(start)
+                p = copy_plan(start)
                 if stack:
                     space_to_depth(p, n, shift=shift, flat=flat, padded=padded, loose=loose, keep=keep)
                 if expand == "rows" and not im2row_first_layer(p, start, n, target["scratchpad"]["act_lines"]):
@@ -145,7 +145,7 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
         variants += [(c, bp, prog, dict(choice, shift=used, flat=flat, **({"keep": True} if keep else {})))
                      for c, bp, prog, choice in found]
     if not variants:  # a pinned im2col that does not apply here
-        p = copy.deepcopy(plan)
+        p = copy_plan(plan)
         if stack:
             space_to_depth(p, n, shift=bool(fixed and fixed.get("shift")), flat=flats[0][1], padded=flats[0][2],
                        loose=flats[0][3])
@@ -317,7 +317,7 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
         for bus in ([fixed.get("bus_groups", False)] if fixed is not None else [False, True]):
             if bus and False in gens and not gens[False][0].bus_bound:
                 continue
-            p = copy.deepcopy(plan)
+            p = copy_plan(plan)
             cg = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy, bus_groups=bus)
             gens[bus] = cg, p
             eager = cg.run()

@@ -20,6 +20,7 @@ reference interpreter: the partition is recorded and shown in the report.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -191,6 +192,14 @@ class TilePlan:
     im2col: dict[str, dict] = field(default_factory=dict)   # host-built tensor -> how (see im2col_first_layer)
     # input -> where its rows already are in external memory (`hwc.tile.views`: earlier segments' outputs)
     views: dict[str, tuple] = field(default_factory=dict)
+
+
+def copy_plan(plan: TilePlan) -> TilePlan:
+    """A deep copy of `plan` for one scheduling variant to rewrite, sharing what the scheduler only reads:
+    the graph (with its constants), the host nodes and the partition decisions. (Copying those, which grow
+    with the whole graph, took most of a build of a graph cut into many segments: 90% of 84 s.)"""
+    shared = (plan.graph, plan.pre, plan.post, plan.decisions)
+    return copy.deepcopy(plan, {id(x): x for x in shared})
 
 
 # ---- partition ----------------------------------------------------------------------------------
