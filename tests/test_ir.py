@@ -30,6 +30,14 @@ def test_make_node_infers_types_and_runs():
     np.testing.assert_array_equal(run_graph(g, {"x": x})["y"], expected)
 
 
+def test_a_window_larger_than_its_input_names_the_input():
+    g = Graph("g")
+    g.add_input("x", TensorType("float32", (4, 1, 1)))
+    with pytest.raises(ValueError, match=r"larger than padded input 1 \(input shape \[4, 1, 1\], kernel \[2\]"):
+        g.make_node("MaxPool", ["x"], {"kernel_shape": [2], "strides": [1], "pads": [0, 0], "dilations": [1],
+                                       "ceil_mode": 0}, name="pool")
+
+
 def test_constants_are_immutable():
     g = small_graph()
     with pytest.raises(ValueError):

@@ -130,10 +130,13 @@ def _window_out(x: TensorType, kernel, strides, pads, dilations, ceil_mode=False
     spatial = x.shape[2:]
     if len(spatial) != nd:
         raise ValueError(f"input rank {x.rank} does not match a {nd}-d kernel")
-    return tuple(
-        conv_out_dim(spatial[i], kernel[i], strides[i], dilations[i], pads[i], pads[i + nd], ceil_mode)
-        for i in range(nd)
-    )
+    try:
+        return tuple(
+            conv_out_dim(spatial[i], kernel[i], strides[i], dilations[i], pads[i], pads[i + nd], ceil_mode)
+            for i in range(nd)
+        )
+    except ValueError as e:   # (say which input: it may be an upstream op's output, sized by its own rules)
+        raise ValueError(f"{e} (input shape {list(x.shape)}, kernel {list(kernel)}, pads {list(pads)})") from None
 
 
 def _act_check(attrs):
