@@ -177,6 +177,18 @@ def test_layout_free_output_reshaped_to_an_image(case):
     check_model(m)
 
 
+@pytest.mark.parametrize("x,w,pads,op", [([1, 1, 5, 5], [1, 1, 3, 3], [1, 1, 1, 1], "Add"),
+                                         ([1, 3, 1, 1], [3, 3, 3, 3], [1, 1, 1, 1], "Add"),
+                                         ([1, 1, 1], [7, 1, 2], [0, 1], "Min"),
+                                         ([1, 4, 5, 5], [4, 4, 3, 3], [1, 1, 1, 1], "Add")])
+def test_padded_conv_epilogue_reads_the_conv_input(x, w, pads, op):
+    """A padded conv whose fused epilogue reads the conv's own (unpadded) input, e.g. a residual: the kernel
+    reads the padded copy and the input itself (layout-free inputs once lost the latter)."""
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=pads), helper.make_node(op, ["c", "x"], ["y"])]
+    out = list(np.broadcast_shapes(tuple(x), (1, w[0]) + tuple(x[2:])))
+    check_model(model(nodes, [("x", F32, x)], [("y", F32, out)], {"W": _w(*w)}))
+
+
 def test_conv_output_is_graph_output_and_input_feeds_two_convs():
     inits = {"W": _w(4, 2, 3, 3), "V": _w(4, 2, 1, 1)}
     nodes = [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1]),

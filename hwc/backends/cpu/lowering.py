@@ -558,6 +558,8 @@ def insert_pads(prog: Program) -> None:
                 out.append(Instr("Pad", f"pad:{name}", [x], [name],
                                  {"kernel": "padcl", "begin": begin, "end": end, "value": _pad_value(g, ins)}))
                 ins.reads[0] = name
+                if "ew" in ins.attrs:   # (an epilogue may read the unpadded input too: a residual of the conv's input)
+                    ins.reads = _plus_operands(ins.reads, ins.attrs["ew"].names())
                 ins.attrs["in_pads"] = (begin, end)
             else:
                 ins.attrs["in_pads"] = ([0] * len(begin), end)
