@@ -22,6 +22,7 @@ Conventions (the same as the RTL's ports):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,6 +128,19 @@ def _scatter(dst: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
         dst[idx[keep]] = vals[keep]
 
 
+@functools.cache
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _one_blas_thread():
+    """The model's products are small (N x N blocks): a second BLAS thread never pays, and a busy second core
+    makes it spin (tile32x32 programs measured 2x slower with the other core loaded, and 8% slower when idle)."""
+    return _blas_controller().limit(limits=1, user_api="blas")
+
+
 class TileModel:
     def __init__(self, target: dict):
         if target.get("kind") != "tile":
@@ -224,6 +238,12 @@ class TileModel:
         but the instructions, and every check of the instructions still runs."""
         if not isinstance(dram, bytearray):
             raise ModelError("dram must be a bytearray (the model writes STORE results into it)")
+        if not data:
+            return self._run(program, dram, prog_addr, max_insns, data)
+        with _one_blas_thread():
+            return self._run(program, dram, prog_addr, max_insns, data)
+
+    def _run(self, program, dram, prog_addr, max_insns, data) -> Result:
         base = prog_addr * isa.INSN_BYTES
         if program is not None:
             if base + len(program) > len(dram):
