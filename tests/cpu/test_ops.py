@@ -267,6 +267,27 @@ def test_product_of_a_tensor_with_itself(op, attrs, c):
     check_model(model(nodes, [("x", F32, [4, 4])], [("y", F32, [4, 4])], inits))
 
 
+@pytest.mark.parametrize("case", ["f_f", "v_f", "a_f", "c_is_f"])
+def test_gemm_run_time_operands_that_are_views_of_a_conv_output(case):
+    """A Gemm's run-time B or C that is a Flatten of a channels-last conv output is read in logical order."""
+    conv = helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1])
+    flat = helper.make_node("Flatten", ["c"], ["f"])
+    ins, out, inits = [("x", F32, [2, 3, 3, 3])], [2, 2], {"W": _w(2, 3, 3, 3)}
+    gemm = {"f_f": (["f", "f"], {"transB": 1}), "v_f": (["v", "f"], {"transB": 1}), "a_f": (["a", "f"], {}),
+            "c_is_f": (["v", "W2", "f"], {"alpha": 0.5})}[case]
+    if case == "v_f":
+        ins.append(("v", F32, [3, 18]))
+        out = [3, 2]
+    elif case == "a_f":
+        ins.append(("a", F32, [4, 2]))
+        out = [4, 18]
+    elif case == "c_is_f":
+        ins.append(("v", F32, [2, 5]))
+        inits["W2"], out = _w(5, 18), [2, 18]
+    nodes = [conv, flat, helper.make_node("Gemm", gemm[0], ["y"], **gemm[1])]
+    check_model(model(nodes, ins, [("y", F32, out)], inits))
+
+
 @pytest.mark.parametrize("sa,sb", [([3, 5], [5, 4]), ([2, 3, 5], [5, 21]), ([2, 3, 5], [2, 5, 4]),
                                    ([2, 1, 3, 5], [4, 5, 6]), ([5], [5, 4]), ([3, 5], [5]), ([5], [5])])
 def test_matmul_runtime(sa, sb):

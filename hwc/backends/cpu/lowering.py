@@ -474,9 +474,10 @@ def assign_layouts(prog: Program) -> None:
                 _epilogue_layouts(L, ins, CL)
         elif k in EW_KERNELS or k == "gemm":
             if k == "gemm":
-                ins.reads[0] = L.need(ins.reads[0], "")
-                if ins.op == "MatMul":
-                    ins.reads[1] = L.need(ins.reads[1], "")
+                # every run-time operand (A, B, and Gemm's C) is read in logical order
+                n_data = len([i for i in ins.node.inputs if i])
+                ins.reads[:n_data] = [r if prog.buffers[r].region == "weight" else L.need(r, "")
+                                      for r in ins.reads[:n_data]]
                 lay = ""
             elif k == "ew":
                 lay = _ew_layout(prog, ins, ins.attrs["ew"].names())

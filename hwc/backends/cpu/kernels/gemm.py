@@ -621,7 +621,7 @@ def emit_gemm(ctx) -> None:
         Nc = ot.shape[1]
         a_row, a_k = (1, M) if ta else (K, 1)
         bconst = ctx.const_data(node.inputs[1])
-        c_name = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2] else None
+        c_name = ins.reads[2] if len(node.inputs) > 2 and node.inputs[2] else None   # (maybe a logical copy)
         if c_name is not None:
             cdata = ctx.const_data(c_name)
             # a per-column C is the kernel's bias, added before the epilogue: only where alpha
