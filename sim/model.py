@@ -136,8 +136,8 @@ def _blas_controller():
 
 
 def _one_blas_thread():
-    """The model's products are small (N x N blocks): a second BLAS thread never pays, and a busy second core
-    makes it spin (tile32x32 programs measured 2x slower with the other core loaded, and 8% slower when idle)."""
+    """The model's products are small (blocks N wide): measured on a tile32x32 program, a second BLAS thread made
+    it 2x slower with the other core busy (its threads spin) and 7% slower with the core idle."""
     return _blas_controller().limit(limits=1, user_api="blas")
 
 
