@@ -132,7 +132,8 @@ def host_work(g: Graph, segments: list[dict]) -> tuple[set[str], set[str]]:
     host writes need (`segments`: tile_io of each, with "view" on the inputs the tile reads in external memory)."""
     producers = g.producers()
     tile_out = {v for io in segments for t in io["outputs"] for v in [t["name"], *t.get("views", [])]}
-    tile_out |= {v for io in segments for v in io.get("aliases", {})}
+    # (a segment's view of a tile tensor: its base, which the host may have to compute, e.g. the bands' Concat)
+    aliases = {v: base for io in segments for v, base in io.get("aliases", {}).items()}
     want = list(g.outputs) + [t["im2col"]["src"] if t.get("im2col") else t["name"]
                               for io in segments for t in io["inputs"] if not t.get("view")]
     want += [p["src"] for io in segments for t in io["inputs"] for p in t.get("view", ())   # (`host_sources`)
@@ -145,9 +146,11 @@ def host_work(g: Graph, segments: list[dict]) -> tuple[set[str], set[str]]:
         if v in tile_out:
             read.add(v)
             continue
+        if v in aliases:
+            want.append(aliases[v])
+            continue
         if nd is None or nd.name in nodes:
             continue
         nodes.add(nd.name)
         want += [i for i in nd.inputs if i]
-    read |= {base for io in segments for v, base in io.get("aliases", {}).items() if v in read}
     return nodes, read

@@ -334,6 +334,24 @@ def test_the_next_segment_reads_the_bands_where_the_tile_stored_them(target):
     _rtl_equals_model_equals_reference(art, g, feeds_for(g, seed=4))
 
 
+@pytest.mark.parametrize("target", [T8, T32], ids=["tile8x8", "tile32x32"])
+def test_a_model_output_that_is_a_view_of_the_bands_concat(target):
+    """A model output that is a Reshape of the bands' Concat, which the next segment reads where the bands stored
+    it: the host reads the bands and runs the Concat for that output (before: the output was missing, a KeyError
+    after the run; random probe 7, seed 2417). Exact against the int8 reference."""
+    c = target["array"]["rows"]
+    b = QBuilder(seed=12)
+    x = b.input("x", (1, c, 24, 20), zp=-2)
+    y = b.conv(b.conv(x, c, relu=True), c)
+    view = b.reshape(y, (1, c, 24, 20))
+    g = b.output(b.gemm(b.flatten(b.gap(view)), 10), view)
+    art = check_exact(g, small_act(target, 1024))
+    assert art.report["act_fit"]["bands"], art.report["act_fit"]
+    cat = next(nd for nd in art.graph.nodes if nd.op == "Concat")
+    assert cat.name in {n for io in art.info["tile"]["segments"] for n in io["pre"] + io["post"]}
+    assert next(d for d in art.report["partition"] if d["node"] == cat.name)["where"] == "host"
+
+
 def test_a_cut_segment_reads_the_tensors_live_across_the_cut_where_they_are():
     """A segment cut (live activations too large together): the tensors live across it go out and come back in
     as they are (row views of the whole tensor, no host work): exact."""
