@@ -360,7 +360,8 @@ def _build_layers(plan: TilePlan, seg: list[Node], n_lanes: int, after: list[Nod
         plan.layers.append(layer)
         produced.add(layer.dst)
     # Outputs of the segment: tile tensors read by any node after it, or graph outputs.
-    used_after = {i for n in after for i in n.inputs} | set(g.outputs)
+    # (in graph order, not a set's: the outputs' order sets their DRAM addresses, and builds are deterministic)
+    used_after = dict.fromkeys([i for n in after for i in n.inputs] + list(g.outputs))
     for name in used_after:
         base = alias.get(name, name)
         if base in produced and base not in plan.outputs:
