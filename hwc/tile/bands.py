@@ -78,6 +78,7 @@ class Fit:
     cuts: list[str] = field(default_factory=list)
     dw_post: bool = False   # the target computes a conv and the depthwise layer after it in one pass (PPU.dw)
     solo: set[str] = field(default_factory=set)   # layers banded alone: their chain did not fit in one-row bands
+    lanes: int = 0   # channels per ACT line (array.cols): for the messages
 
     def as_report(self) -> dict:
         return {"bands": {_label(self.chains[k]): v for k, v in sorted(self.bands.items())}, "cuts": list(self.cuts)}
@@ -337,7 +338,7 @@ def fit_act(g: Graph, target: dict, schedule):
     while a segment's activations do not fit ACT. Returns (graph, segments, Fit)."""
     have = target["scratchpad"]["act_lines"]
     room = int(BAND_SHARE * have)
-    fit = Fit(dw_post=target["features"].get("dw_post", False))
+    fit = Fit(dw_post=target["features"].get("dw_post", False), lanes=target["array"]["cols"])
     cur = g
     for _ in range(MAX_ROUNDS):
         try:
@@ -394,6 +395,6 @@ def _more_bands(g: Graph, fit: Fit, head: str, k: int, err: ActOverflow) -> int:
         raise UnsupportedError(
             f"{what} do{'es' * (len(fit.chains[head]) == 1)} not fit ACT even in row bands of one output row each: "
             f"such a band needs {err.need} ACT lines (the input rows its windows read, padded, and its output row, in "
-            f"blocks of N channels) and the target has {err.have} (scratchpad.act_lines). Use a target with more "
-            f"act_lines, or a model with narrower rows or fewer channels there.", [head]) from err
+            f"blocks of {fit.lanes} channels) and the target has {err.have} (scratchpad.act_lines). Use a target with "
+            f"more act_lines, or a model with narrower rows or fewer channels there.", [head]) from err
     return min(k, rows)

@@ -1453,22 +1453,22 @@ class Codegen:
         for cb in range(src.cb):
             # horizontal: u[y, x0] = max over kx of src[y, x0 + kx], for the needed rows and pooled columns
             if kw == 1:
-                hsrc = src
+                hsrc, hb = src, cb
             else:
-                hsrc = u
+                hsrc, hb = u, 0
                 for kx in range(1, kw):
-                    a = src.line(cb, -pt, -pl) if kx == 1 else u.line(cb, -pt, -pl)
-                    vmax(a, src.line(cb, -pt, -pl + kx), u.line(cb, -pt, -pl), rows, wo, src.wp, sw, u.wp, sw)
+                    a = src.line(cb, -pt, -pl) if kx == 1 else u.line(0, -pt, -pl)
+                    vmax(a, src.line(cb, -pt, -pl + kx), u.line(0, -pt, -pl), rows, wo, src.wp, sw, u.wp, sw)
             # vertical: max over ky, the last step writes the output grid
             if kh == 1:
-                vmax(hsrc.line(cb, -pt, -pl), hsrc.line(cb, -pt, -pl), dst.line(cb, 0, 0), ho, wo, sh * src.wp, sw,
+                vmax(hsrc.line(hb, -pt, -pl), hsrc.line(hb, -pt, -pl), dst.line(cb, 0, 0), ho, wo, sh * src.wp, sw,
                      dst.wp, 1)
                 continue
             for ky in range(1, kh):
-                a = hsrc.line(cb, -pt, -pl) if ky == 1 else v.line(cb, -pt, -pl)
-                b = hsrc.line(cb, -pt + ky, -pl)
+                a = hsrc.line(hb, -pt, -pl) if ky == 1 else v.line(0, -pt, -pl)
+                b = hsrc.line(hb, -pt + ky, -pl)
                 last = ky == kh - 1
-                out, out_so, out_si = (dst.line(cb, 0, 0), dst.wp, 1) if last else (v.line(cb, -pt, -pl),
+                out, out_so, out_si = (dst.line(cb, 0, 0), dst.wp, 1) if last else (v.line(0, -pt, -pl),
                                                                                     sh * src.wp, sw)
                 vmax(a, b, out, ho, wo, sh * src.wp, sw, out_so, out_si)
 
@@ -1482,7 +1482,8 @@ class Codegen:
                 src = self.tensor(layer.src)
                 pair = []
                 for tag in ("h", "v"):
-                    t = TileTensor(f"{layer.name}.{tag}", src.c, src.h, src.w, src.zp, self.n, list(src.pads))
+                    t = TileTensor(f"{layer.name}.{tag}", min(src.c, self.n), src.h, src.w, src.zp, self.n,
+                                   list(src.pads))
                     plan.tensors[t.name] = t
                     self.temps.append((t, i))
                     pair.append(t)

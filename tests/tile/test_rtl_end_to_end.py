@@ -450,3 +450,21 @@ def test_depthwise_in_the_post_processing_of_stacked_pixels_through_the_rtl(c, h
     assert any(i.get("acc_si") == 2 for i in prog if i.op == isa.Op.GEMM)
     feeds = {"x": np.random.default_rng(8).integers(-128, 128, (1, c, h, w)).astype(np.int8)}
     _rtl_equals_model_equals_reference(art, g, feeds)
+
+
+def test_max_pool_channel_blocks_through_the_rtl():
+    """A 3x3 stride-2 padded max pool over four channel blocks (a partial one), whose blocks reuse its two
+    one-block temporaries (each pass in place over the running maximum): RTL == model == int8 reference."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc.tile.build import build_tile
+
+    t = load_target("tile8x8")
+    b = QBuilder(seed=31)
+    x = b.input("x", (1, 5, 12, 11), zp=-3)
+    y = b.maxpool(b.conv(x, 27, relu=True), 3, 2, pads=(1, 1, 1, 1))
+    g = b.output(b.conv(y, 8, k=1, pads=[0] * 4))
+    art = build_tile(g, t, hdl=True)
+    rng = np.random.default_rng(0)
+    _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 5, 12, 11)).astype(np.int8)})
