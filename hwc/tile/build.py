@@ -551,8 +551,13 @@ class TileArtifact(Artifact):
         report = json.loads((folder / "report.json").read_text())
         info = {k: v for k, v in model.items() if k not in ("hwc_version", "kind", "target", "inputs", "outputs")}
         tv = folder / "tile.v"
-        return cls(model["target"], load_graph(folder), report, info,
-                   program=(folder / "program.bin").read_bytes(), const=(folder / "weights.bin").read_bytes(),
+        program, const = (folder / "program.bin").read_bytes(), (folder / "weights.bin").read_bytes()
+        segs = info["tile"]["segments"]
+        for name, data, key in (("program.bin", program, "program_range"), ("weights.bin", const, "const_range")):
+            want = max(io[key][1] for io in segs)
+            if len(data) != want:   # (truncated or from another build)
+                raise ValueError(f"{name} has {len(data):,} bytes, model.json describes {want:,}")
+        return cls(model["target"], load_graph(folder), report, info, program=program, const=const,
                    memory_map=json.loads((folder / "memory_map.json").read_text()),
                    tile_v=tv.read_text() if tv.is_file() else None)
 
