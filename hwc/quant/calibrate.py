@@ -74,7 +74,11 @@ def collect_stats(g: Graph, feeds: dict[str, np.ndarray], *, bins: int = 2048, c
     n_total = len(next(iter(feeds.values())))
     lo = {t: math.inf for t in names}
     hi = {t: -math.inf for t in names}
-    with _progress(progress, 2 * n_total, f"calibrating {g.name}") as advance:
+    for t in names:   # (the inputs first: the model run on inf/NaN would warn before the error)
+        if t in feeds and np.issubdtype(feeds[t].dtype, np.floating) and not np.all(np.isfinite(feeds[t])):
+            raise _non_finite(g, t, feeds, feeds[t], 0)
+    with _progress(progress, 2 * n_total, f"calibrating {g.name}") as advance, np.errstate(all="ignore"):
+        # (numpy's warnings off: a tensor the float model makes non-finite is the error below, naming it)
         start = 0
         for n, env in iter_batches(g, feeds, chunk=chunk, keep=True):
             for t in names:
