@@ -218,6 +218,9 @@ def load(path: str | os.PathLike) -> Artifact:
     folder = Path(path)
     mj = folder / "model.json"
     if not folder.is_dir() or not mj.is_file():
+        if folder.is_file():   # (e.g. the model itself)
+            raise UserError(f"{str(folder)!r} is a file, not an hwc build folder. Build one with `hwc build "
+                            f"{'MODEL.onnx' if folder.suffix != '.onnx' else folder} --target T -o OUT` and pass OUT.")
         raise UserError(f"{str(folder)!r} is not an hwc build folder (no model.json). Build one with "
                         f"`hwc build MODEL.onnx --target T -o {folder}`.")
     try:

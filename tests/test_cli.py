@@ -189,6 +189,9 @@ def test_run_missing_input_file_and_bad_folder(tmp_path, built, capsys):
     assert rc == 2 and "does not exist" in err
     rc, _, err = run_cli(capsys, "run", tmp_path, "--input", tmp_path / "none.npz")
     assert rc == 2 and "is not an hwc build folder" in err
+    (tmp_path / "m.onnx").write_bytes(b"")   # the model given for the folder: no `-o m.onnx` advice
+    rc, _, err = run_cli(capsys, "disasm", tmp_path / "m.onnx")
+    assert rc == 2 and "is a file, not an hwc build folder" in err and "-o OUT` and pass OUT" in err, err
 
 
 def test_build_never_deletes_a_folder_that_is_not_a_build(tmp_path, cnn_path, capsys):
