@@ -132,6 +132,16 @@ def _check_target(args) -> int:
 def cmd_build(args) -> int:
     import hwc
 
+    if args.float32:   # (int8 is implied by calibration data, a quantization config, or a tile target)
+        from hwc.targets import load_target
+
+        why, fix = (("--calib", "leave out --calib") if args.calib else
+                    ("--quant-config", "leave out --quant-config") if args.quant_config else
+                    (f"--target {args.target} (a tile runs int8 only)", "use --target cpu or ref")
+                    if load_target(args.target)["kind"] == "tile" else (None, None))
+        if why:
+            raise UserError(f"--float asks for a float32 build, but {why} makes it int8. Leave out --float for an "
+                            f"int8 build, or {fix} for a float one.")
     t0 = time.perf_counter()
     err.print(f"building {args.model} for {args.target} ...")
     art = hwc.build(args.model, target=args.target, calib=args.calib, int8=args.int8,
@@ -210,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--calib", help="calibration inputs (.npz) for int8 quantization")
     q = b.add_mutually_exclusive_group()
     q.add_argument("--int8", action="store_true", help="quantize to int8")
-    q.add_argument("--float", dest="int8", action="store_false", help="keep float32 (default)")
+    q.add_argument("--float", dest="float32", action="store_true",
+                   help="keep float32 (the default without --calib or --quant-config; not for tile targets)")
     shapes(b)
     add_pass_options(b)
     qcli.add_build_options(b)

@@ -365,3 +365,20 @@ def test_check_with_a_target_says_which_band_copies_need_no_host(tmp_path, capsy
     for node in ("conv0.band0.in0 (Slice)", "conv0.band1.in0 (Slice)", "conv7.bands (Concat)"):
         assert f"in external memory: {node}: row bands of 'conv0..conv7'" in text, node
     assert "no host work: the next segment's LOADs read the rows where the tile stored them" in text
+
+
+def test_float_with_calibration_or_a_tile_target_is_a_clear_error(tmp_path, cnn_path, capsys):
+    """--float with --calib (or a tile target) built int8 without a word (docs audit); now exit 2 saying which
+    option makes the build int8, and nothing is written. --float alone builds the float graph."""
+    np.savez(tmp_path / "calib.npz", x=np.zeros((2, 1, 3, 8, 8), np.float32))
+    shape = ("--input-shape", "x=1x3x8x8")
+    for extra, what in ((("--calib", tmp_path / "calib.npz", "--target", "cpu"), "but --calib makes it int8"),
+                        (("--target", "tile8x8"), "but --target tile8x8 (a tile runs int8 only)")):
+        rc, _, err = run_cli(capsys, "build", cnn_path, "--float", *extra, *shape, "-o", tmp_path / "out")
+        assert rc == 2 and what in err and "internal error" not in err, err
+        assert not (tmp_path / "out").exists()
+    rc, _, err = run_cli(capsys, "build", cnn_path, "--float", "--target", "ref", *shape, "-o", tmp_path / "out")
+    assert rc == 0, err
+    from hwc.artifact import load
+
+    assert not load(tmp_path / "out").quantized   # (an int8 graph quantizes its inputs)
