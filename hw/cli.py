@@ -47,7 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     h.set_defaults(fn=cmd_hw)
 
     s = subparsers.add_parser("synth", help="FPGA synthesis of a generated tile (YoWASP tools)")
-    s.add_argument("dir", help="a folder written by `hwc hw`")
+    s.add_argument("dir", help="a folder written by `hwc hw`, or a tile build folder (`hwc build --target T`)")
     s.add_argument("--device", default="ecp5-85k", choices=["ecp5-85k", "xc7"])
     s.add_argument("--freq", type=float, default=None, help="target clock for place-and-route (MHz, default 150)")
     s.add_argument("--no-place", action="store_true", help="ECP5: synthesis only, no place-and-route")

@@ -122,6 +122,33 @@ def _xc7_resources(cells: dict) -> dict:
                                                            and not k.startswith("RAMB"))}
 
 
+def tile_info(build: Path, build_dir) -> dict:
+    """tile.json of a `hwc hw` folder; for a tile build folder (`hwc build --target T`: tile.v and model.json, no
+    tile.json), the same description of its target, written beside its tile.v once it is checked to be that tile."""
+    if (build / "tile.v").is_file() and (build / "tile.json").is_file():
+        return json.loads((build / "tile.json").read_text())
+    model = build / "model.json"
+    if (build / "tile.v").is_file() and model.is_file():
+        from hwc.targets.tile_schema import validate_tile
+
+        from .generate import describe, verilog_text
+
+        doc = json.loads(model.read_text())
+        target = doc.get("target") if doc.get("kind") == "tile" else None
+        if target is not None:
+            target = validate_tile({k: v for k, v in target.items() if k != "derived"}, target["name"])
+            text, tile = verilog_text(target)
+            if text != (build / "tile.v").read_text():
+                raise SynthError(f"{build}/tile.v is not the tile of its model.json's target {target['name']!r} "
+                                 f"(edited, or written by another hwc): rebuild it, or run `hwc hw --target "
+                                 f"{target['name']} -o DIR` and synthesize DIR.")
+            info = describe(target, tile, text)
+            (build / "tile.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+            return info
+    raise SynthError(f"{build} has no tile.v/tile.json: run `hwc hw --target tile8x8 -o {build_dir}` first, or "
+                     f"`hwc build MODEL.onnx --target tile8x8 -o {build_dir}` (without --no-hdl)")
+
+
 def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, place: bool = True,
           seed: int = 1, router: str = "router1", progress=None) -> dict:
     """Synthesize DIR/tile.v for `device`; writes and returns DIR/synth.json. `progress(name)` is
@@ -132,9 +159,7 @@ def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, pl
         raise SynthError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
     if router not in ("router1", "router2"):
         raise SynthError(f"unknown nextpnr router {router!r}: choose router1 or router2")
-    if not (build / "tile.v").is_file() or not (build / "tile.json").is_file():
-        raise SynthError(f"{build} has no tile.v/tile.json: run `hwc hw --target tile8x8 -o {build_dir}` first")
-    info = json.loads((build / "tile.json").read_text())
+    info = tile_info(build, build_dir)
     write_wrapper(build)
     out: dict = {"device": device, "target": info["target"], "config_name": info["config_name"],
                  "top": WRAP, "seconds": {}}

@@ -92,6 +92,30 @@ def test_cli_synth_rejects_a_folder_without_tile_v(tmp_path):
         args.fn(args)
 
 
+def test_synth_takes_a_tile_build_folder(tmp_path, tile8):
+    """`hwc synth` on a `hwc build --target tile8x8` folder (tile.v, model.json, no tile.json): the description is
+    that of `hwc hw` for the same target (written beside tile.v); a tile.v that is not its target's is refused."""
+    from hwc.hw.synth import SynthError, tile_info
+
+    from hwc.artifact import load
+    from hwc.frontend import import_onnx
+    from hwc.quant.build import quantize_model
+    from hwc.tile.build import build_tile
+    from hwc.zoo import MODELS, random_inputs
+
+    t = load_target("tile8x8")
+    m = MODELS["small_cnn"]()
+    build_tile(quantize_model(import_onnx(m), t, random_inputs(m, n=4, seed=1)), t, hdl=True).save(tmp_path / "out")
+    assert load(tmp_path / "out").tile_v and not (tmp_path / "out" / "tile.json").exists()
+    assert tile_info(tmp_path / "out", "out") == tile8[1]
+    assert json.loads((tmp_path / "out" / "tile.json").read_text()) == tile8[1]
+    (tmp_path / "out" / "tile.json").unlink()
+    with open(tmp_path / "out" / "tile.v", "a") as f:
+        f.write("// edited\n")
+    with pytest.raises(SynthError, match="is not the tile of its model.json's target 'tile8x8'"):
+        tile_info(tmp_path / "out", "out")
+
+
 @pytest.mark.slow
 def test_ecp5_place_and_route_tile8x8(tile8):
     """Goal of issue 6: tile8x8 on an ECP5-85F at >= 100 MHz, with a bitstream."""
