@@ -16,6 +16,10 @@ A tile segment keeps every activation it computes in ACT. When a segment's activ
 - **Cuts.** A segment whose layers each fit but whose live activations together do not (a long
   residual, many tensors) is cut in two at its middle layer: the tensors live across the cut go to
   external memory and come back as the next segment's inputs.
+- **Channel groups.** A layer whose one-row bands still overflow, or a global pool (no bands), goes in
+  groups of its channels, whole ACT lines each (`split_channels`): per-channel layers (depthwise, pools,
+  adds) read their own channels, an ungrouped convolution computes a group of its output channels from
+  the whole input. Each group is a layer of its own, banded again where it overflows.
 
 The bands and the cut segments are separate tile programs: each loads its weights and input before it
 computes (the first LOAD is not hidden) and stores its output at the end. A later segment's LOADs read
@@ -24,8 +28,8 @@ nor across a cut); where the layouts differ, or the rows are the host's (the mod
 the Slice or Concat (the partition shows which, with the reason).
 
 The rewrite repeats, with more bands where a band still overflows, until every segment fits, or stops
-with a clear error when a layer does not fit even with one output row per band (or is one the tile
-cannot band: a global pool, a fully connected layer over the whole input). Documented with the
+with a clear error when a layer does not fit even with one output row per band and one line of channels
+per group (or is one the tile cannot split: a fully connected layer over the whole input). Documented with the
 measurements in docs/tile-v2.md, "Activations larger than ACT".
 """
 
@@ -79,9 +83,11 @@ class Fit:
     dw_post: bool = False   # the target computes a conv and the depthwise layer after it in one pass (PPU.dw)
     solo: set[str] = field(default_factory=set)   # layers banded alone: their chain did not fit in one-row bands
     lanes: int = 0   # channels per ACT line (array.cols): for the messages
+    channels: dict[str, int] = field(default_factory=dict)   # layers in channel groups (`split_channels`), in order
 
     def as_report(self) -> dict:
-        return {"bands": {_label(self.chains[k]): v for k, v in sorted(self.bands.items())}, "cuts": list(self.cuts)}
+        return {"bands": {_label(self.chains[k]): v for k, v in sorted(self.bands.items())}, "cuts": list(self.cuts),
+                "channels": dict(self.channels)}
 
 
 def _label(chain: list[str]) -> str:
@@ -90,9 +96,11 @@ def _label(chain: list[str]) -> str:
 
 def describe(act_fit: dict | None) -> str | None:
     """What a report's `act_fit` did, in a line (None when the activations fit ACT whole)."""
-    if not act_fit or not (act_fit["bands"] or act_fit["cuts"]):
+    if not act_fit or not (act_fit["bands"] or act_fit["cuts"] or act_fit.get("channels")):
         return None
     parts = []
+    if act_fit.get("channels"):
+        parts.append("in channel groups: " + ", ".join(f"{k} ({v})" for k, v in act_fit["channels"].items()))
     if act_fit["bands"]:
         parts.append("in row bands: " + ", ".join(f"{k} ({v})" for k, v in act_fit["bands"].items()))
     if act_fit["cuts"]:
@@ -254,6 +262,80 @@ def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False) ->
     return [nd.name for nd in new if nd.op != "Slice"]
 
 
+#: Node ops whose output channels can be computed in groups (`split_channels`): per channel (pooling, element-wise,
+#: depthwise convolution: each group reads its own channels) or by output channel (a convolution: every group reads
+#: the whole input).
+CHANNEL_SPLITTABLE = ("QConv", "QAvgPool", "QGlobalAvgPool", "MaxPool", "QRequant", "QAdd")
+
+
+def channel_splittable(g: Graph, node, lanes: int) -> bool:
+    """Can `node` go in channel groups of whole ACT lines (`lanes` channels): an op of CHANNEL_SPLITTABLE on
+    [1, C, H, W] with more than one line of output channels; a convolution ungrouped or depthwise."""
+    if node.op not in CHANNEL_SPLITTABLE:
+        return False
+    shape = g.type(node.outputs[0]).shape
+    if len(shape) != 4 or shape[0] != 1 or shape[1] <= lanes:
+        return False
+    return node.op != "QConv" or node.attrs["group"] == 1 or _depthwise(g, node)
+
+
+def _channel_groups(c: int, lanes: int, groups: int) -> list[tuple[int, int]]:
+    """`groups` (at most) ranges of the c channels, each whole ACT lines of `lanes` channels but the last."""
+    blocks = -(-c // lanes)
+    per = -(-blocks // groups)
+    return [(b * lanes, min(c, (b + per) * lanes)) for b in range(0, blocks, per)]
+
+
+def split_channels(g: Graph, name: str, groups: int, lanes: int) -> list[str]:
+    """Replace node `name` by its output channels in groups of whole ACT lines: per group a Slice of its data inputs'
+    channels (a depthwise or per-channel op; an ungrouped convolution reads its whole input), the node over them with
+    its per-channel constants cut alike, and a Concat of the groups along the channels, which keeps the node's output
+    name. Each group reads and writes a share of the lines: a tile segment of its own, banded by rows as any layer
+    when it still does not fit. Returns the group nodes' names."""
+    node = next(nd for nd in g.nodes if nd.name == name)
+    at = g.node_index(node)
+    out = node.outputs[0]
+    c = g.type(out).shape[1]
+    per_channel = not (node.op == "QConv" and node.attrs["group"] == 1)
+    data_in = ([0, 1] if node.op == "QAdd" else [0]) if per_channel else []
+    g.nodes.remove(node)
+    new, parts = [], []
+    for k, (c0, c1) in enumerate(_channel_groups(c, lanes, groups)):
+        inputs = list(node.inputs)
+        for j in data_in:
+            new.append(_slice(g, node.inputs[j], 1, c0, c1, f"{name}.ch{k}.in{j}", at + len(new)))
+            inputs[j] = new[-1].outputs[0]
+        for j in range(len(inputs)):
+            v = g.values[inputs[j]] if inputs[j] else None
+            if v is not None and v.data is not None and v.data.ndim >= 1 and v.data.shape[0] == c and c > 1:
+                inputs[j] = g.add_const(v.data[c0:c1].copy(), f"{inputs[j]}.ch{k}")   # weights, bias, multipliers
+        attrs = dict(node.attrs)
+        if node.op == "QConv" and per_channel:
+            attrs["group"] = c1 - c0
+        part = g.make_node(node.op, inputs, attrs, name=g.fresh(f"{name}.ch{k}"), index=at + len(new))
+        g.values[part.outputs[0]].quant = _copy_quant(g.values[out].quant)
+        new.append(part)
+        parts.append(part.outputs[0])
+    cat = g.make_node("Concat", parts, {"axis": 1}, name=g.fresh(f"{name}.groups"), outputs=[g.fresh(out + ".cat")],
+                      index=at + len(new))
+    v = g.values.pop(cat.outputs[0])   # (the Concat writes the node's old output name)
+    v.name, v.quant = out, g.values[out].quant
+    g.values[out] = v
+    cat.outputs[0] = out
+    return [nd.name for nd in new if nd.op != "Slice"]
+
+
+def _slice(g: Graph, src: str, axis: int, r0: int, r1: int, name: str, index: int):
+    """A Slice node (inserted at `index`) of [r0, r1) along `axis` of the [1, C, H, W] tensor `src`, quantized alike."""
+    shape = g.type(src).shape
+    starts, ends = [0] * len(shape), list(shape)
+    starts[axis], ends[axis] = r0, r1
+    sl = g.make_node("Slice", [src], {"starts": starts, "ends": ends, "steps": [1] * len(shape)}, name=g.fresh(name),
+                     index=index)
+    g.values[sl.outputs[0]].quant = _copy_quant(g.values[src].quant)
+    return sl
+
+
 def _slice_rows(g: Graph, src: str, r0: int, r1: int, name: str, index: int):
     """A Slice node (inserted at `index`) of rows [r0, r1) of the [1, C, H, W] tensor `src`, quantized alike."""
     shape = g.type(src).shape
@@ -267,10 +349,25 @@ def _copy_quant(q: QuantParams | None) -> QuantParams | None:
     return None if q is None else QuantParams(q.scale.copy(), q.zero_point.copy(), q.axis)
 
 
+def grouped(g: Graph, fit: Fit) -> Graph:
+    """The int8 graph with `fit`'s channel groups applied (a copy; g itself when there are none)."""
+    if not fit.channels:
+        return g
+    g = g.copy()
+    parts = {}
+    for name, k in fit.channels.items():   # (in order: a group split again comes after its own split)
+        for p in split_channels(g, name, k, fit.lanes):
+            parts[p] = parts.pop(name, name)
+    g.metadata["tile_groups"] = {p: {"of": of, "groups": fit.channels[of]} for p, of in parts.items()}
+    return g
+
+
 def rewrite(g: Graph, fit: Fit) -> Graph:
-    """A copy of the int8 graph with `fit`'s bands and cuts applied (g is not changed)."""
+    """A copy of the int8 graph (with its channel groups applied: `grouped`) with `fit`'s bands and cuts applied."""
     g = g.copy()
     of = {}
+    chains = {x for h in fit.bands for x in fit.chains[h]}
+    g.metadata["tile_chain_macs"] = sum(node_macs(g, nd) for nd in g.nodes if nd.name in chains)
     for head, k in sorted(fit.bands.items()):
         for b in band_chain(g, fit.chains[head], k, fit.dw_post):
             of[b] = head
@@ -286,9 +383,8 @@ def recomputed_macs(g: Graph, banded: Graph) -> int:
     two bands, less the rows nothing reads (a stride-2 layer's last odd row), which bands do not compute. The
     model's MACs, which utilization counts, are the unbanded graph's."""
     bands = banded.metadata.get("tile_bands", {})
-    chains = {x for h in {v["head"] for v in bands.values()} for x in banded.metadata["tile_chains"][h]}
     return (sum(node_macs(banded, nd) for nd in banded.nodes if nd.name in bands)
-            - sum(node_macs(g, nd) for nd in g.nodes if nd.name in chains))
+            - banded.metadata.get("tile_chain_macs", 0))
 
 
 def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool = False,
@@ -334,12 +430,12 @@ def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool =
 
 
 def fit_act(g: Graph, target: dict, schedule):
-    """Schedule the int8 graph (`schedule(graph)` -> segments), rewriting it into row bands and cut segments
-    while a segment's activations do not fit ACT. Returns (graph, segments, Fit)."""
+    """Schedule the int8 graph (`schedule(graph)` -> segments), rewriting it into row bands, channel groups and cut
+    segments while a segment's activations do not fit ACT. Returns (graph, segments, Fit)."""
     have = target["scratchpad"]["act_lines"]
     room = int(BAND_SHARE * have)
     fit = Fit(dw_post=target["features"].get("dw_post", False), lanes=target["array"]["cols"])
-    cur = g
+    base = cur = g   # base: g in `fit`'s channel groups
     for _ in range(MAX_ROUNDS):
         try:
             return cur, schedule(cur), fit
@@ -352,30 +448,82 @@ def fit_act(g: Graph, target: dict, schedule):
         if heads:   # a band of a chain overflows alone: more bands
             (head,) = heads
             k = fit.bands[head]
-            if len(fit.chains[head]) > 1 and k >= _rows(g, fit.chains[head][-1]):
+            if len(fit.chains[head]) > 1 and k >= _rows(base, fit.chains[head][-1]):
                 # (one-row bands of a chain still overflow: its layers are banded one by one instead)
                 fit.solo.update(fit.chains.pop(head))
                 del fit.bands[head]
+            elif k >= _rows(base, head) and _group(base, fit, head, err, room):
+                # (one-row bands of a layer still overflow: its channels go in groups, each banded anew)
+                del fit.bands[head], fit.chains[head]
             else:
-                fit.bands[head] = _more_bands(g, fit, head, max(k + 1, -(-k * err.need // room)), err)
+                fit.bands[head] = _more_bands(base, fit, head, max(k + 1, -(-k * err.need // room)), err)
         else:
             cands = {x: v for x, v in sizes.items() if nodes[x].op in BANDABLE}
             big = max(cands, key=lambda x: (cands[x], x), default=None)
             if big is not None and (len(sizes) == 1 or cands[big] > room // 2):
                 chain = [big] if big in fit.solo else _chain(cur, big, sizes, room, fit.dw_post, fit.solo)
+                if len(chain) == 1 and _rows(base, big) == 1 and _group(base, fit, big, err, room):
+                    base = grouped(g, fit)   # (one row: no bands, channel groups)
+                    cur = rewrite(base, fit)
+                    continue
                 fit.chains[chain[0]] = chain
-                fit.bands[chain[0]] = _more_bands(g, fit, chain[0], max(2, -(-max(sizes[x] for x in chain) // room)),
-                                                  err)
+                fit.bands[chain[0]] = _more_bands(base, fit, chain[0],
+                                                  max(2, -(-max(sizes[x] for x in chain) // room)), err)
             elif len(sizes) >= 2:
                 fit.cuts.append(list(sizes)[len(sizes) // 2])
             else:
                 (x,) = sizes or [err.items[0] if err.items else "?"]
-                op = nodes[x].op if x in nodes else "?"
-                raise UnsupportedError(f"layer {x!r} ({op}) does not fit ACT and cannot be split into row bands (it "
-                                       f"reads its whole input at once): {err}", [x]) from err
-        cur = rewrite(g, fit)
+                if not (x in nodes and _group(base, fit, x, err, room)):
+                    op = nodes[x].op if x in nodes else "?"
+                    raise UnsupportedError(f"layer {x!r} ({op}) does not fit ACT and cannot be split into row bands "
+                                           f"(it reads its whole input at once){_groups_note(base, x, fit)}: {err}",
+                                           [x]) from err
+        base = grouped(g, fit)
+        cur = rewrite(base, fit)
     raise UnsupportedError(f"the activations still do not fit ACT after {MAX_ROUNDS} rewrites into row bands and "
                            f"cut segments ({describe(fit.as_report())}): {err}", err.items) from err
+
+
+def _group(g: Graph, fit: Fit, name: str, err: ActOverflow, room: int) -> bool:
+    """Put layer `name` of `g` (the graph in `fit`'s channel groups) in channel groups, as many as its lines need
+    (`err.need` of `room`), if it can go in groups (`channel_splittable`). Returns whether it did."""
+    node = next((nd for nd in g.nodes if nd.name == name), None)
+    if node is None or not channel_splittable(g, node, fit.lanes):
+        return False
+    blocks = -(-g.type(node.outputs[0]).shape[1] // fit.lanes)
+    fixed = _whole_input_lines(g, node, fit.lanes)
+    if fixed >= room:   # (a convolution's groups each read the whole input rows: too many already)
+        return False
+    fit.channels[name] = min(blocks, max(2, -(-(err.need - fixed) // (room - fixed))))
+    return True
+
+
+def _whole_input_lines(g: Graph, node, lanes: int) -> int:
+    """ACT lines of the input rows one output row of an ungrouped convolution reads (padded, all its channels): what
+    each of its output channel groups still holds (0 for a per-channel op, whose groups read their own channels)."""
+    if node.op != "QConv" or node.attrs["group"] != 1:
+        return 0
+    _, c, _, w = g.type(node.inputs[0]).shape
+    kh, _, dh, _, _ = _window(g, node)
+    p = node.attrs["pads"]
+    return ((kh - 1) * dh + 1) * (w + p[1] + p[3]) * -(-c // lanes)
+
+
+def _groups_note(g: Graph, name: str, fit: Fit) -> str:
+    """Why layer `name` (which overflows ACT in its narrowest bands) is not in channel groups, for the messages."""
+    node = next((nd for nd in g.nodes if nd.name == name), None)
+    if node is None or node.op not in CHANNEL_SPLITTABLE:
+        return ""
+    group = g.metadata.get("tile_groups", {}).get(name)
+    if group:
+        return f" (it is one of {group['groups']} channel groups of {group['of']!r} already)"
+    shape = g.type(node.outputs[0]).shape
+    if len(shape) == 4 and shape[1] <= fit.lanes:
+        return f", nor into channel groups (its {shape[1]} output channels are one ACT line)"
+    if node.op == "QConv" and node.attrs["group"] == 1:
+        return (f", nor into groups of its output channels (each would still read the "
+                f"{_whole_input_lines(g, node, fit.lanes)} lines of the input rows one output row needs)")
+    return ", nor into channel groups (a grouped convolution that is not depthwise)" if node.op == "QConv" else ""
 
 
 def _rows(g: Graph, name: str) -> int:
@@ -395,6 +543,7 @@ def _more_bands(g: Graph, fit: Fit, head: str, k: int, err: ActOverflow) -> int:
         raise UnsupportedError(
             f"{what} do{'es' * (len(fit.chains[head]) == 1)} not fit ACT even in row bands of one output row each: "
             f"such a band needs {err.need} ACT lines (the input rows its windows read, padded, and its output row, in "
-            f"blocks of {fit.lanes} channels) and the target has {err.have} (scratchpad.act_lines). Use a target with "
-            f"more act_lines, or a model with narrower rows or fewer channels there.", [head]) from err
+            f"blocks of {fit.lanes} channels) and the target has {err.have} (scratchpad.act_lines)"
+            f"{_groups_note(g, head, fit) if len(fit.chains[head]) == 1 else ''}. Use a target with more act_lines, or "
+            f"a model with narrower rows or fewer channels there.", [head]) from err
     return min(k, rows)

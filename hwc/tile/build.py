@@ -562,6 +562,31 @@ class TileArtifact(Artifact):
                    tile_v=tv.read_text() if tv.is_file() else None)
 
 
+def _explicit_ceil_pads(graph: Graph) -> Graph:
+    """MaxPool with ceil_mode -> the same max pool with the end pads its last windows reach (a copy of the graph
+    when there is one): the windows past the input hold no pixel in both, so the outputs are equal, and the tile
+    schedules explicit pads only (a max pool's edge windows run over the pixels inside)."""
+    from hwc.ir.ops import conv_out_dim
+
+    pools = [n for n in graph.nodes if n.op == "MaxPool" and n.attrs.get("ceil_mode")]
+    if not pools:
+        return graph
+    graph = graph.copy()
+    for n in graph.nodes:
+        a = n.attrs
+        if n.op != "MaxPool" or not a.get("ceil_mode"):
+            continue
+        sizes = graph.type(n.inputs[0]).shape[2:]
+        k, s, d, p = a["kernel_shape"], a["strides"], a["dilations"], a["pads"]
+        nd = len(sizes)
+        pads = list(p)
+        for i in range(nd):
+            out = conv_out_dim(sizes[i], k[i], s[i], d[i], p[i], p[i + nd], True)
+            pads[i + nd] = (out - 1) * s[i] + (k[i] - 1) * d[i] + 1 - sizes[i] - p[i]
+        a["pads"], a["ceil_mode"] = pads, 0
+    return graph
+
+
 def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = True, stack: bool = True,
                double_buffer: bool = True, pin: list[dict] | None = None, hdl_job=None) -> TileArtifact:
     """Schedule an int8 graph for a tile target, measure it in the Python tile model, and
@@ -572,6 +597,7 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
     from hwc.sim.model import TileModel
     from hwc.tile.report import merge_reports, tile_report
 
+    graph = _explicit_ceil_pads(graph)
     # activations larger than ACT: the graph rewritten into row bands and cut segments (hwc.tile.bands)
     source = graph
     cache: dict = {}   # (segments unchanged by a rewrite are not scheduled again)

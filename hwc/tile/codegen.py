@@ -2,8 +2,9 @@
 
 Pipeline (one function each):
 1. `assign_geometry`: every ACT tensor gets the padding its consumers need (a halo
-   filled with its zero point, or -128 for max pooling) and residual pairs share one
-   geometry so one VEC instruction walks both.
+   filled with its zero point, or -128 for max pooling; a max pool beside a padded conv of an
+   unclamped tensor reads real pixels only) and residual pairs share one geometry so one VEC
+   instruction walks both.
 2. `plan_act`: ACT lines for every tensor, shared between tensors whose lifetimes (in
    layers) do not overlap (hwc.lower.memplan, unit = lines).
 3. `emit_*`: per layer, the compute instructions, grouped by the weight blocks they use.
@@ -513,15 +514,24 @@ class Codegen:
             if isinstance(layer, ConvLayer):
                 t = self.tensor(layer.src)
                 t.need_pads(layer.pads, t.zp, layer.name)
+        self.edge_pools: set[str] = set()
         for layer in self.plan.layers:
             if isinstance(layer, MaxPoolLayer):
                 # a max pool's halo may hold any value no larger than every pixel: the convolutions' zero
                 # point serves when the tensor is clamped at or above it (a ReLU) and every window holds a
-                # pixel (pads smaller than the window)
+                # pixel (pads smaller than the window). When the halo holds a larger value for another reader,
+                # the max pool reads real pixels only: its edge windows over their taps inside the tensor
+                # (`emit_maxpool`), at a few more VEC commands and no halo of its own.
                 kh, kw = layer.kernel
                 whole = all(p < k for p, k in zip(layer.pads, (kh, kw, kh, kw)))
-                self.tensor(layer.src).need_pads(layer.pads, INT8_MIN, layer.name,
-                                                 floor.get(layer.src) if whole else None)
+                t = self.tensor(layer.src)
+                serves = floor.get(layer.src) if whole else None
+                if (whole and any(layer.pads) and t.fill is not None and t.fill != INT8_MIN
+                        and not (serves is not None and t.fill <= serves)):
+                    self.edge_pools.add(layer.name)
+                    t.pads[1] = max(t.pads[1], layer.pads[1])   # (the temporaries hold windows from column -pl)
+                    continue
+                t.need_pads(layer.pads, INT8_MIN, layer.name, serves)
         changed = True
         while changed:  # residual operands and their output share one geometry
             changed = False
@@ -1443,34 +1453,45 @@ class Codegen:
         ho, wo = dst.h, dst.w
         g = self.last()
         needs = loads.get(layer.src, ())
-        rows = (ho - 1) * sh + kh   # input rows the vertical pass reads, from row -pt
         u, v = temps[layer.name]
+        if layer.name in self.edge_pools:   # real pixels only: each run of windows over its taps inside
+            rows, cols = _tap_runs(ho, sh, pt, kh, src.h), _tap_runs(wo, sw, pl, kw, src.w)
+            y0, y1 = min(o * sh - pt + a for o, _, a, _ in rows), max((o - 1) * sh - pt + b for _, o, _, b in rows)
+        else:               # the halo holds -128 or a value below every pixel: whole windows
+            rows, cols = [(0, ho, 0, kh - 1)], [(0, wo, 0, kw - 1)]
+            y0, y1 = -pt, (ho - 1) * sh - pt + kh - 1
 
         def vmax(a, b, out, n_outer, n_inner, in_so, in_si, out_so, out_si):
             self.compute(g, Op.VEC, needs=needs, op=int(VecOp.MAX), a=a, b=b, out=out, n_outer=n_outer,
                          n_inner=n_inner, in_so=in_so, in_si=in_si, out_so=out_so, out_si=out_si, param=0)
 
+        def chain(tap, acc, out, taps, n_outer, n_inner, in_so, in_si, out_so, out_si):
+            """out = max over taps of tap(t): acc(...) the running maximum (in place) until the last step."""
+            first, last = taps[0], taps[-1]
+            if first == last:   # one tap: a copy
+                vmax(tap(first), tap(first), out, n_outer, n_inner, in_so, in_si, out_so, out_si)
+                return
+            for t in range(first + 1, last + 1):
+                a = tap(first) if t == first + 1 else acc
+                o, so, si = (out, out_so, out_si) if t == last else (acc, in_so, in_si)
+                vmax(a, tap(t), o, n_outer, n_inner, in_so, in_si, so, si)
+
         for cb in range(src.cb):
-            # horizontal: u[y, x0] = max over kx of src[y, x0 + kx], for the needed rows and pooled columns
+            # horizontal: u[y, x] = max over kx of src[y, x*sw - pl + kx] (stored at column x*sw - pl), for
+            # the rows the vertical pass reads
             if kw == 1:
                 hsrc, hb = src, cb
             else:
                 hsrc, hb = u, 0
-                for kx in range(1, kw):
-                    a = src.line(cb, -pt, -pl) if kx == 1 else u.line(0, -pt, -pl)
-                    vmax(a, src.line(cb, -pt, -pl + kx), u.line(0, -pt, -pl), rows, wo, src.wp, sw, u.wp, sw)
+                for o0, o1, a, b in cols:
+                    x = o0 * sw - pl
+                    chain(lambda kx, x=x, cb=cb: src.line(cb, y0, x + kx), u.line(0, y0, x), u.line(0, y0, x), (a, b),
+                          y1 - y0 + 1, o1 - o0, src.wp, sw, src.wp, sw)
             # vertical: max over ky, the last step writes the output grid
-            if kh == 1:
-                vmax(hsrc.line(hb, -pt, -pl), hsrc.line(hb, -pt, -pl), dst.line(cb, 0, 0), ho, wo, sh * src.wp, sw,
-                     dst.wp, 1)
-                continue
-            for ky in range(1, kh):
-                a = hsrc.line(hb, -pt, -pl) if ky == 1 else v.line(0, -pt, -pl)
-                b = hsrc.line(hb, -pt + ky, -pl)
-                last = ky == kh - 1
-                out, out_so, out_si = (dst.line(cb, 0, 0), dst.wp, 1) if last else (v.line(0, -pt, -pl),
-                                                                                    sh * src.wp, sw)
-                vmax(a, b, out, ho, wo, sh * src.wp, sw, out_so, out_si)
+            for o0, o1, a, b in rows:
+                y, x = o0 * sh - pt, -pl
+                chain(lambda ky, y=y, t=hsrc, hb=hb, x=x: t.line(hb, y + ky, x), v.line(0, y + a, x),
+                      dst.line(cb, o0, 0), (a, b), o1 - o0, wo, sh * src.wp, sw, dst.wp, 1)
 
     # ---- 4. the program -----------------------------------------------------------------------
     def run(self) -> TileProgram:
@@ -1624,3 +1645,19 @@ def _overlaps(read, written) -> bool:
     if read[1] is not None and written[1] is not None and read[1] != written[1]:
         return False
     return read[2] < written[3] and written[2] < read[3]
+
+
+def _tap_runs(n_out: int, stride: int, pad: int, k: int, size: int) -> list[tuple[int, int, int, int]]:
+    """Runs of output positions [o0, o1) whose window taps inside [0, size) are the same [a, b] (a window
+    starting at o*stride - pad): the interior one run, each edge position one of its own."""
+    runs: list[tuple[int, int, int, int]] = []
+    for o in range(n_out):
+        s0 = o * stride - pad
+        a, b = max(0, -s0), min(k - 1, size - 1 - s0)
+        if a > b:
+            raise AssertionError("a max pool window without a pixel")   # (pads < kernel: `assign_geometry`)
+        if runs and runs[-1][1] == o and runs[-1][2:] == (a, b):
+            runs[-1] = (runs[-1][0], o + 1, a, b)
+        else:
+            runs.append((o, o + 1, a, b))
+    return runs

@@ -103,10 +103,10 @@ class TileTensor:
                     return
                 raise UnsupportedError(
                     f"tensor {self.name!r} is read with padding by layers that need different padding values: "
-                    f"{self.fill_reader!r} pads it with {self.fill} and {reader!r} with {fill}. The tile stores one "
-                    f"halo per tensor: the zero point serves a max pool too when the tensor's producer clamps "
-                    f"at or above it (a fused ReLU), not here (e.g. the model input read by an Inception "
-                    f"block). Give the max pool no padding, or build for --target cpu.", [self.name])
+                    f"{self.fill_reader!r} pads it with {self.fill} and {reader!r} with {fill}. {reader!r} has pads as "
+                    f"large as its window, so some windows hold no pixel and need the padding value itself; the "
+                    f"tile stores one halo per tensor. Give the pool pads smaller than its kernel, or build for "
+                    f"--target cpu.", [self.name])
             self.fill, self.fill_reader = fill, reader
 
 
@@ -223,8 +223,8 @@ def _why_not(g: Graph, n: Node) -> str | None:
         return f"{t_in.rank - 2}-d {n.op.removeprefix('Q')}: the tile runs 2-d windows"
     if n.op == "QAvgPool" and not n.attrs["count_include_pad"] and any(n.attrs["pads"]):
         return "AveragePool with padding and count_include_pad=0 has a per-position divisor"
-    if n.op in ("MaxPool", "QAvgPool") and n.attrs["ceil_mode"]:
-        return "ceil_mode pooling"
+    if n.op == "QAvgPool" and n.attrs["ceil_mode"]:
+        return "ceil_mode average pooling (its last windows' divisors differ)"
     if n.op == "MaxPool" and any(d != 1 for d in n.attrs["dilations"]):
         return "dilated MaxPool"
     if n.op == "QGlobalAvgPool" and t_in.rank != 4:
@@ -294,6 +294,8 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
     on_tile = {i for r in runs for i in r}
     band_nodes = g.metadata.get("tile_bands", {})   # band node -> {"of": the node it is a band of, "bands": count}
     bands_of = {v: band_nodes[n.name] for n in g.nodes if n.name in band_nodes for v in n.inputs + n.outputs}
+    group_nodes = g.metadata.get("tile_groups", {})   # channel group node -> {"of": the node, "groups": count}
+    groups_of = {v: group_nodes[n.name] for n in g.nodes if n.name in group_nodes for v in n.inputs + n.outputs}
     decisions = []
     for i, n in enumerate(g.nodes):
         if i in on_tile:
@@ -302,10 +304,15 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
         else:
             why = status[i] or "outside the tile segments (model input/output side)"
             band = next((b for b in n.inputs + n.outputs if b in bands_of), None)
+            group = next((b for b in n.inputs + n.outputs if b in groups_of), None)
             if n.op in ("Slice", "Concat") and band is not None:
                 of = bands_of[band]
                 why = f"row bands of {of['of']!r} ({of['bands']} bands: its activations do not fit ACT whole)"
                 why += HOST_COPIES
+            elif n.op in ("Slice", "Concat") and group is not None:
+                of = groups_of[group]
+                why = (f"channel groups of {of['of']!r} ({of['groups']} groups: its activations do not fit ACT even "
+                       f"in one-row bands); the host copies the channels")
             decisions.append({"node": n.name, "op": n.op, "where": "host", "why": why})
     plans = []
     prev_end = 0

@@ -74,9 +74,9 @@ class QBuilder:
         _q(g, n.outputs[0], zo)
         return n.outputs[0]
 
-    def maxpool(self, x, k=2, s=2, pads=(0, 0, 0, 0)):
+    def maxpool(self, x, k=2, s=2, pads=(0, 0, 0, 0), ceil=False):
         n = self.g.make_node("MaxPool", [x], {"kernel_shape": [k, k], "strides": [s, s], "pads": list(pads),
-                                              "dilations": [1, 1]})
+                                              "dilations": [1, 1], "ceil_mode": int(ceil)})
         _q(self.g, n.outputs[0], int(self.g.values[x].quant.zero_point))
         return n.outputs[0]
 

@@ -15,7 +15,7 @@ from test_schedule import check_exact
 from hwc.errors import UnsupportedError
 from hwc.ir import verify
 from hwc.ref.interp import run_graph
-from hwc.tile.bands import Fit, rewrite
+from hwc.tile.bands import Fit, describe, rewrite
 from hwc.tile.build import build_tile
 
 
@@ -170,7 +170,9 @@ def test_a_layer_too_large_even_in_one_row_bands_is_a_clear_error():
     g = b.output(b.conv(x, 64))
     with pytest.raises(UnsupportedError, match=r"layer 'qconv' \(QConv, output \[1, 64, 4, 2100\]\) does not fit "
                                                r"ACT even in row bands of one output row each: such a band needs "
-                                               r"\d+ ACT lines .* the target has 16384 \(scratchpad.act_lines\)"):
+                                               r"\d+ ACT lines .* the target has 16384 \(scratchpad.act_lines\), nor "
+                                               r"into groups of its output channels \(each would still read the "
+                                               r"50448 lines of the input rows one output row needs\)"):
         build_tile(g, T8, hdl=False)
 
 
@@ -179,8 +181,75 @@ def test_a_global_pool_over_an_input_larger_than_act_is_a_clear_error():
     x = b.input("x", (1, 8, 96, 96), zp=0)
     g = b.output(b.gap(x))
     with pytest.raises(UnsupportedError, match=r"layer 'qglobalavgpool' \(QGlobalAvgPool\) does not fit ACT and "
-                                               r"cannot be split into row bands"):
+                                               r"cannot be split into row bands \(it reads its whole input at once\), "
+                                               r"nor into channel groups \(its 8 output channels are one ACT line\)"):
         build_tile(g, small_act(T8, 4096), hdl=False)
+
+
+def _host_reasons(art) -> dict[str, str]:
+    return {d["node"]: d["why"] for d in art.report["partition"] if d["where"] == "host"}
+
+
+def test_a_global_pool_over_many_channel_blocks_goes_in_channel_groups():
+    """A global pool of 80 channels (10 lines a pixel on tile8x8) over 12x12 pixels needs 1,440 ACT lines for its
+    input and cannot go in row bands; in channel groups of whole lines each group's pool is a segment of its own
+    (the host slices the channels and concatenates the pooled groups), exact against the int8 reference of the
+    graph as given, and the FC layer after it reads the concatenation."""
+    b = QBuilder(seed=4)
+    x = b.input("x", (1, 80, 12, 12), zp=-6)
+    g = b.output(b.gemm(b.flatten(b.gap(x)), 10))
+    art = check_exact(g, small_act(T8, 1024))
+    groups = art.report["act_fit"]["channels"]
+    assert list(groups) == ["qglobalavgpool"] and groups["qglobalavgpool"] >= 2, art.report["act_fit"]
+    assert art.report["segments"] == groups["qglobalavgpool"] + 1   # (+ the FC layer's)
+    why = _host_reasons(art)
+    assert sum("channel groups of 'qglobalavgpool'" in w for w in why.values()) == groups["qglobalavgpool"] + 1, why
+    assert "in channel groups: qglobalavgpool" in describe(art.report["act_fit"])
+
+
+@pytest.mark.parametrize("target", [T8, T32], ids=["tile8x8", "tile32x32"])
+def test_per_channel_layers_too_wide_for_one_row_bands_go_in_channel_groups(target):
+    """A 3x3 depthwise layer, a padded max pool and a residual add over 12 channel blocks of rows 60 pixels wide: one
+    output row's band of each needs more lines than ACT has, so each goes in groups of its channels (each group
+    banded by rows as any layer), exact against the int8 reference."""
+    n = target["array"]["cols"]
+    c = 12 * n
+    b = QBuilder(seed=n)
+    x = b.input("x", (1, c, 6, 60), zp=3)
+    d = b.conv(x, c, k=3, group=c, pads=[1, 1, 1, 1], relu=True)
+    m = b.maxpool(d, 3, 1, (1, 1, 1, 1))
+    g = b.output(b.add(m, x))
+    assert 3 * 62 * 12 > 2048   # (three padded input rows of the depthwise layer's one-row band alone)
+    art = check_exact(g, small_act(target, 2048))
+    groups = art.report["act_fit"]["channels"]
+    assert {"qconv", "maxpool", "qadd"} <= set(groups), art.report["act_fit"]
+    assert all(k >= 2 for k in groups.values())
+
+
+def test_a_convolution_with_many_output_channels_goes_in_groups_of_them():
+    """A 1x1 convolution from 8 to 200 channels (25 lines a pixel on tile8x8) over rows 40 pixels wide: one output
+    row needs 1,000 lines, more than the 512-line ACT; each group of its output channels reads the whole input row
+    (40 lines) and writes a share of the output: exact against the int8 reference, with the weights, bias and
+    multipliers of each group cut from the layer's."""
+    b = QBuilder(seed=5)
+    x = b.input("x", (1, 8, 3, 40), zp=-1)
+    g = b.output(b.conv(x, 200, k=1, pads=[0] * 4, relu=True))
+    art = check_exact(g, small_act(T8, 512))
+    assert art.report["act_fit"]["channels"].get("qconv", 0) >= 2, art.report["act_fit"]
+    assert art.report["macs"] == 8 * 200 * 3 * 40
+
+
+def test_channel_groups_through_the_rtl():
+    """A global pool in channel groups (a segment each, the host's Slices and Concat around them; 300 lines of input
+    on a 256-line ACT) through the tile8x8 RTL: every segment's outputs and cycles equal to the model's, the outputs
+    to the int8 reference."""
+    b = QBuilder(seed=6)
+    x = b.input("x", (1, 24, 10, 10), zp=2)
+    g = b.output(b.gap(x))
+    verify(g)
+    art = build_tile(g, small_act(load_target("tile8x8"), 256), hdl=True)
+    assert art.report["act_fit"]["channels"], art.report["act_fit"]
+    _rtl_equals_model_equals_reference(art, g, feeds_for(g, 3))
 
 
 def test_mobilenet_at_160_pixels_on_tile8x8():

@@ -468,3 +468,22 @@ def test_max_pool_channel_blocks_through_the_rtl():
     art = build_tile(g, t, hdl=True)
     rng = np.random.default_rng(0)
     _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 5, 12, 11)).astype(np.int8)})
+
+
+def test_max_pool_over_real_pixels_through_the_rtl():
+    """An Inception-like block on the model input: a padded conv holds the input's halo at its zero point, so the
+    padded max pool beside it reads real pixels only (edge windows over their taps inside, one-column VEC runs).
+    Two channel blocks, asymmetric pads, stride 2: RTL == model == int8 reference."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc.tile.build import build_tile
+
+    t = load_target("tile8x8")
+    b = QBuilder(seed=32)
+    x = b.input("x", (1, 11, 9, 10), zp=25)
+    c, m = b.conv(x, 8, pads=[1, 1, 1, 1]), b.maxpool(x, 3, 2, pads=(2, 1, 1, 2))
+    g = b.output(c, m)
+    art = build_tile(g, t, hdl=True)
+    rng = np.random.default_rng(0)
+    _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 60, (1, 11, 9, 10)).astype(np.int8)})

@@ -144,7 +144,9 @@ def test_pooling(case):
 def test_padded_max_pool_and_padded_conv_read_one_tensor(target):
     """An Inception block: a padded max pool and a padded conv read one ReLU output. The tile keeps one
     halo per tensor; the conv's zero point serves the max pool (every pixel is >= it, every window holds
-    a pixel). On the unclamped model input the two paddings conflict: a clear error naming both layers."""
+    a pixel). On the unclamped model input the zero point does not serve: the max pool reads real pixels
+    only (its edge windows over their taps inside), and most edge windows of an input below the zero
+    point would differ if it read the halo."""
     b = QBuilder(seed=3)
     x = b.input("x", (1, 6, 7, 9), zp=-3)
     y = b.conv(x, 12, relu=True)
@@ -155,9 +157,59 @@ def test_padded_max_pool_and_padded_conv_read_one_tensor(target):
     x = b.input("x", (1, 6, 7, 9), zp=-3)
     c, m = b.conv(x, 8, pads=[1, 1, 1, 1]), b.maxpool(x, 3, 1, (1, 1, 1, 1))
     g = b.output(c, m)
+    art = check_exact(g, TARGETS[target])
+    feeds = {"x": np.full((1, 6, 7, 9), -100, np.int8)}   # every pixel below the halo's -3
+    np.testing.assert_array_equal(art.run(feeds, engine="model")[m], run_graph(g, feeds)[m])
+    assert (run_graph(g, feeds)[m] == -100).all()
+    b = QBuilder(seed=3)   # pads as large as the window: windows without a pixel need the -128 halo itself
+    x = b.input("x", (1, 6, 7, 9), zp=-3)
+    c, m = b.conv(x, 8, pads=[1, 1, 1, 1]), b.maxpool(x, 2, 1, (2, 0, 0, 0))
+    g = b.output(c, m)
     conv, pool = (n.name for n in g.nodes)
-    with pytest.raises(UnsupportedError, match=f"{conv!r} pads it with -3 and {pool!r} with -128"):
+    with pytest.raises(UnsupportedError, match=f"{conv!r} pads it with -3 and {pool!r} with -128. {pool!r} has pads"):
         build_tile(g, TARGETS[target], hdl=False)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.fixed_dictionaries({"h": st.integers(3, 12), "w": st.integers(3, 12), "k": st.sampled_from([2, 3]),
+                              "s": st.sampled_from([2, 3]), "pad": st.sampled_from([0, 1]), "relu": st.booleans(),
+                              "target": st.sampled_from(sorted(TARGETS))}))
+def test_ceil_mode_max_pool(case):
+    """ceil_mode max pooling (Caffe-style GoogLeNet, SqueezeNet) runs on the tile as the same pool with the end
+    pads its last windows reach: on a ReLU output (the zero point serves as the halo) and on an unclamped tensor a
+    padded conv reads too (real pixels only). The last windows hold fewer pixels than the kernel."""
+    k, s = case["k"], case["s"]
+    pad = min(case["pad"], k - 1)
+    b = QBuilder(seed=case["h"] * 13 + case["w"])
+    x = b.input("x", (1, 3, case["h"], case["w"]), zp=-2)
+    y = b.conv(x, 10, relu=case["relu"], pads=[1, 1, 1, 1])
+    m = b.maxpool(y, k, s, (pad,) * 4, ceil=True)
+    outs = [m] if case["relu"] else [m, b.conv(y, 4, pads=[1, 1, 1, 1])]
+    g = b.output(*outs)
+    art = check_exact(g, TARGETS[case["target"]], seed=case["k"])
+    assert {d["node"]: d["where"] for d in art.report["partition"]}[g.nodes[1].name] == "tile"
+
+
+edge_pool_cases = st.fixed_dictionaries({
+    "c": st.integers(1, 40), "h": st.integers(1, 9), "w": st.integers(1, 9), "k": st.sampled_from([2, 3, 5]),
+    "s": st.sampled_from([1, 2, 3]), "pads": st.lists(st.integers(0, 4), min_size=4, max_size=4),
+    "target": st.sampled_from(sorted(TARGETS)),
+})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edge_pool_cases)
+def test_max_pool_over_real_pixels_only(case):
+    """A padded max pool of a tensor whose halo holds a padded conv's zero point (the model input): edge
+    windows run over their taps inside the tensor, any kernel, stride and (asymmetric) pads, channels
+    over several blocks. Inputs below the zero point make a wrong halo read visible."""
+    k = case["k"]
+    pads = [min(p, k - 1) for p in case["pads"]]
+    h, w = case["h"] + k - 1, case["w"] + k - 1
+    b = QBuilder(seed=case["c"])
+    x = b.input("x", (1, case["c"], h, w), zp=40)
+    g = b.output(b.conv(x, 5, pads=[1, 1, 1, 1]), b.maxpool(x, k, case["s"], pads))
+    check_exact(g, TARGETS[case["target"]], seed=case["h"])
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
@@ -1134,6 +1186,8 @@ def test_depthwise_in_the_post_processing(target, c, m, h, w, layers, stride, pa
     "target": st.sampled_from(["tile8x8", "tile32x32"])}))
 @example({"c": 1, "m": 16, "h": 1, "w": 10, "k": 1, "relu": False, "zp": 0, "dw": (1, (1, 1, 1, 1)),
           "target": "tile32x32"})   # (16 channels stacked two pixels a line: PPU.dwf = 1)
+@example({"c": 9, "m": 1, "h": 10, "w": 9, "k": 1, "relu": False, "zp": 0, "dw": (1, (1, 1, 1, 1)),
+          "target": "tile8x8"})   # (two row bands, PPU.dwc)
 def test_depthwise_in_the_post_processing_any_shape(case):
     """PPU.dw on shapes hypothesis picks: a convolution (1x1 or 3x3, any channel counts, channel counts not
     multiples of N), then a 3x3 depthwise layer (stride 1, or 2 in both paddings PPU.dws takes) and a convolution
@@ -1152,9 +1206,13 @@ def test_depthwise_in_the_post_processing_any_shape(case):
     art = check_exact(g, tile_variant(TARGETS[case["target"]], dw_post=True))
     fused = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("dw")]
     if fused:
-        # (the whole image a tile, 2**dwf pixels a line: a thin tensor stays stacked, PPU.dwf)
-        assert all(i.get("n_outer") == case["h"] and i.get("n_inner") == -(-case["w"] >> i.get("dwf"))
+        # (whole rows, 2**dwf pixels a line: a thin tensor stays stacked, PPU.dwf; the whole image a tile, or row
+        # bands whose PPU.dws read the rows beside them as context, PPU.dwc: `Codegen._dw_bands`)
+        assert all((i.get("n_outer") == case["h"] or i.get("dwc")) and i.get("n_inner") == -(-case["w"] >> i.get("dwf"))
                    for i in fused)
+        if stride == 1:   # (every output row written once)
+            blocks = len({i.get("out") for i in fused if not i.get("dwc") & 1})
+            assert sum(len(isa.ppu_dw_rows(i.get("n_outer"), 0, i.get("dwc"))) for i in fused) == case["h"] * blocks
 
 
 @pytest.mark.parametrize("target,c,h,w", [("tile32x32", 16, 8, 10), ("tile8x8", 4, 6, 8), ("tile32x32", 16, 7, 12)])
