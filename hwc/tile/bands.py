@@ -462,10 +462,14 @@ def fit_act(g: Graph, target: dict, schedule):
             big = max(cands, key=lambda x: (cands[x], x), default=None)
             if big is not None and (len(sizes) == 1 or cands[big] > room // 2):
                 chain = [big] if big in fit.solo else _chain(cur, big, sizes, room, fit.dw_post, fit.solo)
-                if len(chain) == 1 and _rows(base, big) == 1 and _group(base, fit, big, err, room):
-                    base = grouped(g, fit)   # (one row: no bands, channel groups)
-                    cur = rewrite(base, fit)
-                    continue
+                if _rows(base, chain[-1]) == 1:   # (one output row: no bands; the layers one by one, in channel groups)
+                    if len(chain) > 1:
+                        fit.solo.update(chain)
+                        chain = [big]
+                    if _rows(base, big) == 1 and _group(base, fit, big, err, room):
+                        base = grouped(g, fit)
+                        cur = rewrite(base, fit)
+                        continue
                 fit.chains[chain[0]] = chain
                 fit.bands[chain[0]] = _more_bands(base, fit, chain[0],
                                                   max(2, -(-max(sizes[x] for x in chain) // room)), err)

@@ -285,6 +285,11 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
     runs = [r for r in runs if any(g.nodes[i].op not in ("Reshape", "Identity") for i in r)]
     if not runs:
         edge = ("Quantize", "Dequantize")   # (the host's int8 <-> float32 conversions at the model's edges)
+        if not any(s and n.op not in edge for n, s in zip(g.nodes, status)):
+            raise UnsupportedError(
+                "the model computes nothing the tile could run: its nodes only move data (" +
+                (", ".join(sorted({n.op for n in g.nodes})) or "none") + "), which the host does. Build it for "
+                "--target cpu or --target ref.", [n.name for n in g.nodes])
         raise UnsupportedError(
             "no layer of this model can run on the tile, which runs int8 2-d convolutions, fully connected layers, "
             "pooling and residual adds; why not: " + "; ".join(

@@ -1757,3 +1757,22 @@ def test_build_does_not_depend_on_the_string_hash_seed():
         assert res.returncode == 0, res.stderr
         digests.add(res.stdout.strip())
     assert len(digests) == 1, digests
+
+
+def test_a_model_without_tile_work_is_a_clear_error():
+    """A model whose int8 part only moves data (a Reshape) has nothing for the tile: a clear error saying so and where
+    to build it, not an empty list of reasons; one whose layers the tile cannot run names each with its reason."""
+    b = QBuilder(seed=1)
+    x = b.input("x", (1, 3, 1, 14), zp=2)
+    g = b.output(b.reshape(x, (1, 3, 1, 14)))   # (the same layout: free on the tile, and nothing else)
+    with pytest.raises(UnsupportedError, match=r"the model computes nothing the tile could run: its nodes only move "
+                                               r"data \(Reshape\), which the host does\. Build it for --target cpu"):
+        build_tile(g, TARGETS["tile8x8"], hdl=False)
+    b = QBuilder(seed=1)
+    x = b.input("x", (1, 3, 4, 4), zp=2)
+    n = b.g.make_node("Concat", [x, x], {"axis": 1})
+    b.g.values[n.outputs[0]].quant = b.g.values[x].quant
+    g = b.output(n.outputs[0])
+    with pytest.raises(UnsupportedError, match=rf"no layer of this model can run on the tile.*node {n.name!r}: Concat "
+                                               r"has no tile implementation"):
+        build_tile(g, TARGETS["tile8x8"], hdl=False)
