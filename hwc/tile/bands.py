@@ -452,7 +452,7 @@ def fit_act(g: Graph, target: dict, schedule):
                 # (one-row bands of a chain still overflow: its layers are banded one by one instead)
                 fit.solo.update(fit.chains.pop(head))
                 del fit.bands[head]
-            elif k >= _rows(base, head) and _group(base, fit, head, err, room):
+            elif len(fit.chains[head]) == 1 and k >= _rows(base, head) and _group(base, fit, head, err, room):
                 # (one-row bands of a layer still overflow: its channels go in groups, each banded anew)
                 del fit.bands[head], fit.chains[head]
             else:
@@ -519,14 +519,13 @@ def _groups_note(g: Graph, name: str, fit: Fit) -> str:
     if node is None or node.op not in CHANNEL_SPLITTABLE:
         return ""
     group = g.metadata.get("tile_groups", {}).get(name)
-    if group:
-        return f" (it is one of {group['groups']} channel groups of {group['of']!r} already)"
+    part = f", one of {group['groups']} channel groups of {group['of']!r}" if group else ""
     shape = g.type(node.outputs[0]).shape
-    if len(shape) == 4 and shape[1] <= fit.lanes:
-        return f", nor into channel groups (its {shape[1]} output channels are one ACT line)"
     if node.op == "QConv" and node.attrs["group"] == 1:
-        return (f", nor into groups of its output channels (each would still read the "
+        return (f", nor into groups of its output channels{part} (each would still read the "
                 f"{_whole_input_lines(g, node, fit.lanes)} lines of the input rows one output row needs)")
+    if len(shape) == 4 and shape[1] <= fit.lanes:
+        return f", nor into channel groups{part} (its {shape[1]} output channels are one ACT line)"
     return ", nor into channel groups (a grouped convolution that is not depthwise)" if node.op == "QConv" else ""
 
 

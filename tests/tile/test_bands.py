@@ -184,6 +184,13 @@ def test_a_global_pool_over_an_input_larger_than_act_is_a_clear_error():
                                                r"cannot be split into row bands \(it reads its whole input at once\), "
                                                r"nor into channel groups \(its 8 output channels are one ACT line\)"):
         build_tile(g, small_act(T8, 4096), hdl=False)
+    b = QBuilder()   # (two lines of channels: in two groups, each still larger than ACT)
+    x = b.input("x", (1, 16, 12, 12), zp=0)
+    g = b.output(b.gap(x))
+    with pytest.raises(UnsupportedError, match=r"layer 'qglobalavgpool.ch0' \(QGlobalAvgPool\) does not fit ACT .*"
+                                               r"nor into channel groups, one of 2 channel groups of 'qglobalavgpool' "
+                                               r"\(its 8 output channels are one ACT line\): the activations need 145"):
+        build_tile(g, small_act(T8, 128), hdl=False)
 
 
 def _host_reasons(art) -> dict[str, str]:
