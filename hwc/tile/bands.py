@@ -20,6 +20,10 @@ A tile segment keeps every activation it computes in ACT. When a segment's activ
   groups of its channels, whole ACT lines each (`split_channels`): per-channel layers (depthwise, pools,
   adds) read their own channels, an ungrouped convolution computes a group of its output channels from
   the whole input. Each group is a layer of its own, banded again where it overflows.
+- **Column bands.** The same as row bands along the columns (`band_chain(axis=3)`), every row of a range
+  of columns: for layers of one output row (a 1-d convolution over a long signal), a convolution whose
+  one-row bands overflow and whose input rows every channel group would read, and a row wider than the
+  accumulators (`RowTooWide`: the convolution computes whole rows).
 
 The bands and the cut segments are separate tile programs: each loads its weights and input before it
 computes (the first LOAD is not hidden) and stores its output at the end. A later segment's LOADs read
@@ -72,6 +76,18 @@ class ActOverflow(UnsupportedError):
         return ActOverflow, (str(self), self.items, self.layers, self.need, self.have)
 
 
+class RowTooWide(UnsupportedError):
+    """A layer's output row is wider than the accumulators hold (`Codegen.emit_conv` computes whole rows):
+    `layer` (node name), `width` (pixels) and `cap` (accumulator lines). `fit_act` splits it into column bands."""
+
+    def __init__(self, message: str, items: list[str] | None = None, layer: str = "", width: int = 0, cap: int = 1):
+        super().__init__(message, items)
+        self.layer, self.width, self.cap = layer, width, cap
+
+    def __reduce__(self):   # (raised in the candidate search's worker processes)
+        return RowTooWide, (str(self), self.items, self.layer, self.width, self.cap)
+
+
 @dataclass
 class Fit:
     """What `fit_act` did: band counts of the split chains of layers (keyed by their first layer; `chains` names the
@@ -84,10 +100,15 @@ class Fit:
     solo: set[str] = field(default_factory=set)   # layers banded alone: their chain did not fit in one-row bands
     lanes: int = 0   # channels per ACT line (array.cols): for the messages
     channels: dict[str, int] = field(default_factory=dict)   # layers in channel groups (`split_channels`), in order
+    columns: set[str] = field(default_factory=set)   # chains (heads) in column bands: their layers have one output row
 
     def as_report(self) -> dict:
-        return {"bands": {_label(self.chains[k]): v for k, v in sorted(self.bands.items())}, "cuts": list(self.cuts),
-                "channels": dict(self.channels)}
+        rep = {"bands": {_label(self.chains[k]): v for k, v in sorted(self.bands.items()) if k not in self.columns},
+               "cuts": list(self.cuts), "channels": dict(self.channels)}
+        if self.columns:
+            rep["column_bands"] = {_label(self.chains[k]): v for k, v in sorted(self.bands.items())
+                                   if k in self.columns}
+        return rep
 
 
 def _label(chain: list[str]) -> str:
@@ -96,9 +117,12 @@ def _label(chain: list[str]) -> str:
 
 def describe(act_fit: dict | None) -> str | None:
     """What a report's `act_fit` did, in a line (None when the activations fit ACT whole)."""
-    if not act_fit or not (act_fit["bands"] or act_fit["cuts"] or act_fit.get("channels")):
+    if not act_fit or not (act_fit["bands"] or act_fit["cuts"] or act_fit.get("channels") or
+                           act_fit.get("column_bands")):
         return None
     parts = []
+    if act_fit.get("column_bands"):
+        parts.append("in column bands: " + ", ".join(f"{k} ({v})" for k, v in act_fit["column_bands"].items()))
     if act_fit.get("channels"):
         parts.append("in channel groups: " + ", ".join(f"{k} ({v})" for k, v in act_fit["channels"].items()))
     if act_fit["bands"]:
@@ -108,29 +132,31 @@ def describe(act_fit: dict | None) -> str | None:
     return "; ".join(parts) + " (each band and each cut part a tile segment of its own)"
 
 
-def _window(g: Graph, node) -> tuple[int, int, int, int, int]:
-    """(kernel rows, stride, dilation, top pad, bottom pad) of a node along the rows (1, 1, 1, 0, 0: element-wise)."""
+def _window(g: Graph, node, axis: int = 2) -> tuple[int, int, int, int, int]:
+    """(kernel rows, stride, dilation, top pad, bottom pad) of a node along the rows (axis 2; along the columns,
+    axis 3: kernel columns, ..., left pad, right pad) (1, 1, 1, 0, 0: element-wise)."""
     a = node.attrs
     if node.op == "QConv":
-        kh = g.const(node.inputs[1]).shape[2]
+        kh = g.const(node.inputs[1]).shape[axis]
     elif node.op in ("QAvgPool", "MaxPool"):
-        kh = a["kernel_shape"][0]
+        kh = a["kernel_shape"][axis - 2]
     else:
         return 1, 1, 1, 0, 0
     p = a["pads"]
-    return kh, a["strides"][0], a.get("dilations", [1, 1])[0], p[0], p[2]
+    return kh, a["strides"][axis - 2], a.get("dilations", [1, 1])[axis - 2], p[axis - 2], p[axis]
 
 
-def _band_rows(g: Graph, nodes: list, bands: int, keep_pads: bool = False) -> list[list[tuple]]:
+def _band_rows(g: Graph, nodes: list, bands: int, keep_pads: bool = False, axis: int = 2) -> list[list[tuple]]:
     """Per band, per node of the chain: (its output rows, its input rows, top pad, bottom pad). Bands split the last
     node's output rows evenly; each node computes the rows the next one reads (rows past the tensor's edges are the
     next one's pads). `keep_pads`: the last node keeps its own pads in every band (`_edge_rows`); its output rows
-    then include an extra row above and below the band's, computed with a pad for a real row (not kept)."""
-    ho = g.type(nodes[-1].outputs[0]).shape[2]
+    then include an extra row above and below the band's, computed with a pad for a real row (not kept). `axis`
+    3: column bands (the same along the columns, without `keep_pads`)."""
+    ho = g.type(nodes[-1].outputs[0]).shape[axis]
 
     def reads(node, y0, y1):   # the input rows output rows [y0, y1) read, and the pads above and below them
-        kh, sh, dh, pt, _ = _window(g, node)
-        h_in = g.type(node.inputs[0]).shape[2]
+        kh, sh, dh, pt, _ = _window(g, node, axis)
+        h_in = g.type(node.inputs[0]).shape[axis]
         i0, i1 = y0 * sh - pt, (y1 - 1) * sh - pt + (kh - 1) * dh + 1
         return max(0, i0), min(h_in, i1), max(0, -i0), max(0, i1 - h_in)
 
@@ -195,34 +221,36 @@ def _rows_out(g: Graph, node, rows_in: int) -> int:
     return (rows_in + pt + pb - (kh - 1) * dh - 1) // sh + 1
 
 
-def _recompute(g: Graph, nodes: list, bands: int, dw_post: bool = False) -> float:
-    """The share of a chain's MACs its bands compute twice (the halo rows)."""
+def _recompute(g: Graph, nodes: list, bands: int, dw_post: bool = False, axis: int = 2) -> float:
+    """The share of a chain's MACs its bands compute twice (the halo rows, or columns: `axis` 3)."""
     total = sum(node_macs(g, nd) for nd in nodes)
     if not total:
         return 0.0
-    plan = _band_rows(g, nodes, bands, keep_pads=dw_post and _ppu_dw_pair(g, nodes))
+    plan = _band_rows(g, nodes, bands, keep_pads=dw_post and axis == 2 and _ppu_dw_pair(g, nodes), axis=axis)
     if plan is None:
         return math.inf
     rows = [sum(r[k][0][1] - r[k][0][0] for r in plan) for k in range(len(nodes))]
-    extra = sum(node_macs(g, nd) * (rows[k] / g.type(nd.outputs[0]).shape[2] - 1) for k, nd in enumerate(nodes))
+    extra = sum(node_macs(g, nd) * (rows[k] / g.type(nd.outputs[0]).shape[axis] - 1) for k, nd in enumerate(nodes))
     return extra / total
 
 
-def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False) -> list[str]:
+def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False, axis: int = 2) -> list[str]:
     """Replace the chain of nodes `names` (each reading the one before's output, which nothing else reads) by
     `bands` row bands of its last node's output: per band, Slice(s) of the chain's input -> each node over the rows
     the next one needs (a 3x3 stride-1 node two more than the next; rows past the tensor's edges are the next
     node's pads) -> Concat of the last node's bands. Returns the band nodes' names. The graph keeps the last node's
-    output name (its consumers and the graph outputs are unchanged); the chain's other outputs go."""
+    output name (its consumers and the graph outputs are unchanged); the chain's other outputs go. `axis` 3: column
+    bands, the same along the columns (a layer of one output row: a 1-d convolution over a long signal)."""
     nodes = [next(nd for nd in g.nodes if nd.name == name) for name in names]
     at = g.node_index(nodes[0])
     out = nodes[-1].outputs[0]
     data_in = [0, 1] if nodes[0].op == "QAdd" else [0]
+    what = "rows" if axis == 2 else "columns"
 
-    plan = _band_rows(g, nodes, bands, keep_pads=dw_post and _ppu_dw_pair(g, nodes))
+    plan = _band_rows(g, nodes, bands, keep_pads=dw_post and axis == 2 and _ppu_dw_pair(g, nodes), axis=axis)
     if plan is None:
-        raise UnsupportedError(f"the layers {_label(names)!r} cannot be split into row bands: a band would need rows "
-                               f"of {names[0]!r} that read its padding only", list(names))
+        raise UnsupportedError(f"the layers {_label(names)!r} cannot be split into {what[:-1]} bands: a band would "
+                               f"need {what} of {names[0]!r} that read its padding only", list(names))
     for node in nodes:
         g.nodes.remove(node)
     new, parts = [], []
@@ -234,25 +262,26 @@ def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False) ->
                 inputs[0] = prev
             else:
                 for j in data_in:
-                    new.append(_slice_rows(g, node.inputs[j], i0, i1, f"{names[0]}.band{b}.in{j}", at + len(new)))
+                    new.append(_slice(g, node.inputs[j], axis, i0, i1, f"{names[0]}.band{b}.in{j}", at + len(new)))
                     inputs[j] = new[-1].outputs[0]
             attrs = dict(node.attrs)
             if "pads" in attrs:
                 p = list(attrs["pads"])
-                attrs["pads"] = [top, p[1], bottom, p[3]]
+                p[axis - 2], p[axis] = top, bottom
+                attrs["pads"] = p
             bn = g.make_node(node.op, inputs, attrs, name=g.fresh(f"{node.name}.band{b}"), index=at + len(new))
-            if g.type(bn.outputs[0]).shape[2] != rows[1] - rows[0]:
+            if g.type(bn.outputs[0]).shape[axis] != rows[1] - rows[0]:
                 raise AssertionError(f"band {b} of {node.name}: {g.type(bn.outputs[0]).shape} != rows {rows}")
             g.values[bn.outputs[0]].quant = _copy_quant(g.values[node.outputs[0]].quant)
             new.append(bn)
             prev = bn.outputs[0]
             if keep is not None and keep != (0, rows[1] - rows[0]):   # (the extra rows of a node keeping its pads)
-                new.append(_slice_rows(g, prev, *keep, f"{node.name}.band{b}.keep", at + len(new)))
+                new.append(_slice(g, prev, 2, *keep, f"{node.name}.band{b}.keep", at + len(new)))
                 prev = new[-1].outputs[0]
         parts.append(prev)
     for node in nodes[:-1]:
         del g.values[node.outputs[0]]
-    cat = g.make_node("Concat", parts, {"axis": 2}, name=g.fresh(f"{names[-1]}.bands"),
+    cat = g.make_node("Concat", parts, {"axis": axis}, name=g.fresh(f"{names[-1]}.bands"),
                       outputs=[g.fresh(out + ".cat")], index=at + len(new))
     # the Concat writes the last node's old output name: rename its fresh output back
     v = g.values.pop(cat.outputs[0])
@@ -336,15 +365,6 @@ def _slice(g: Graph, src: str, axis: int, r0: int, r1: int, name: str, index: in
     return sl
 
 
-def _slice_rows(g: Graph, src: str, r0: int, r1: int, name: str, index: int):
-    """A Slice node (inserted at `index`) of rows [r0, r1) of the [1, C, H, W] tensor `src`, quantized alike."""
-    shape = g.type(src).shape
-    sl = g.make_node("Slice", [src], {"starts": [0, 0, r0, 0], "ends": [shape[0], shape[1], r1, shape[3]],
-                                      "steps": [1, 1, 1, 1]}, name=g.fresh(name), index=index)
-    g.values[sl.outputs[0]].quant = _copy_quant(g.values[src].quant)
-    return sl
-
-
 def _copy_quant(q: QuantParams | None) -> QuantParams | None:
     return None if q is None else QuantParams(q.scale.copy(), q.zero_point.copy(), q.axis)
 
@@ -369,12 +389,12 @@ def rewrite(g: Graph, fit: Fit) -> Graph:
     chains = {x for h in fit.bands for x in fit.chains[h]}
     g.metadata["tile_chain_macs"] = sum(node_macs(g, nd) for nd in g.nodes if nd.name in chains)
     for head, k in sorted(fit.bands.items()):
-        for b in band_chain(g, fit.chains[head], k, fit.dw_post):
+        for b in band_chain(g, fit.chains[head], k, fit.dw_post, 3 if head in fit.columns else 2):
             of[b] = head
     g.metadata["tile_cuts"] = list(fit.cuts)
     g.metadata["tile_chains"] = {h: list(fit.chains[h]) for h in fit.bands}
-    g.metadata["tile_bands"] = {b: {"of": _label(fit.chains[h]), "head": h, "bands": fit.bands[h]}
-                                for b, h in of.items()}
+    g.metadata["tile_bands"] = {b: {"of": _label(fit.chains[h]), "head": h, "bands": fit.bands[h],
+                                    **({"columns": True} if h in fit.columns else {})} for b, h in of.items()}
     return g
 
 
@@ -388,7 +408,7 @@ def recomputed_macs(g: Graph, banded: Graph) -> int:
 
 
 def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool = False,
-           solo: set[str] = frozenset()) -> list[str]:
+           solo: set[str] = frozenset(), axis: int = 2) -> list[str]:
     """The chain of layers to band around layer `big`: the layers before and after it, in the same segment, that each
     read only the one before (which nothing else reads) and are large too (each reads and writes more than half of
     `room`): computed band by band together, they stay in one segment (a convolution and the depthwise layer after
@@ -409,7 +429,7 @@ def _chain(g: Graph, big: str, sizes: dict[str, int], room: int, dw_post: bool =
 
     def cheap(chain):   # its bands compute few rows twice
         k = max(2, -(-max(sizes[x] for x in chain) // room))
-        return _recompute(g, [nodes[x] for x in chain], k, dw_post) <= MAX_RECOMPUTE
+        return _recompute(g, [nodes[x] for x in chain], k, dw_post, axis) <= MAX_RECOMPUTE
 
     chain = [big]
     if nodes[big].op not in CHAINABLE:
@@ -441,6 +461,22 @@ def fit_act(g: Graph, target: dict, schedule):
             return cur, schedule(cur), fit
         except ActOverflow as e:
             err = e
+        except RowTooWide as e:   # (a row wider than the accumulators: column bands of it, narrower ones)
+            head = cur.metadata.get("tile_bands", {}).get(e.layer, {}).get("head", e.layer)
+            if head not in fit.bands:
+                if e.layer not in {nd.name for nd in base.nodes} or head in fit.solo:
+                    raise
+                fit.chains[head], fit.bands[head] = [head], 1
+                fit.columns.add(head)
+            elif head not in fit.columns:
+                raise   # (a row band of a wide layer: rows and columns are not banded together)
+            k = fit.bands[head]
+            cols = _rows(base, fit.chains[head][-1], 3)
+            if k >= cols:
+                raise
+            fit.bands[head] = min(cols, max(k + 1, -(-k * e.width // e.cap)))
+            cur = rewrite(base, fit)
+            continue
         nodes = {nd.name: nd for nd in cur.nodes}
         band_nodes = cur.metadata.get("tile_bands", {})
         sizes = {x: v for x, v in err.layers.items() if x in nodes}
@@ -448,29 +484,41 @@ def fit_act(g: Graph, target: dict, schedule):
         if heads:   # a band of a chain overflows alone: more bands
             (head,) = heads
             k = fit.bands[head]
-            if len(fit.chains[head]) > 1 and k >= _rows(base, fit.chains[head][-1]):
+            axis = 3 if head in fit.columns else 2
+            if len(fit.chains[head]) > 1 and k >= _rows(base, fit.chains[head][-1], axis):
                 # (one-row bands of a chain still overflow: its layers are banded one by one instead)
                 fit.solo.update(fit.chains.pop(head))
                 del fit.bands[head]
-            elif len(fit.chains[head]) == 1 and k >= _rows(base, head) and _group(base, fit, head, err, room):
+                fit.columns.discard(head)
+            elif len(fit.chains[head]) == 1 and k >= _rows(base, head, axis) and _group(base, fit, head, err, room):
                 # (one-row bands of a layer still overflow: its channels go in groups, each banded anew)
                 del fit.bands[head], fit.chains[head]
+                fit.columns.discard(head)
+            elif len(fit.chains[head]) == 1 and k >= _rows(base, head, axis) and axis == 2 \
+                    and _rows(base, head, 3) > 1:
+                # (nor in channel groups: a convolution reading rows too wide; column bands of all its rows instead)
+                fit.columns.add(head)
+                fit.bands[head] = 2
             else:
                 fit.bands[head] = _more_bands(base, fit, head, max(k + 1, -(-k * err.need // room)), err)
         else:
             cands = {x: v for x, v in sizes.items() if nodes[x].op in BANDABLE}
             big = max(cands, key=lambda x: (cands[x], x), default=None)
             if big is not None and (len(sizes) == 1 or cands[big] > room // 2):
-                chain = [big] if big in fit.solo else _chain(cur, big, sizes, room, fit.dw_post, fit.solo)
-                if _rows(base, chain[-1]) == 1:   # (one output row: no bands; the layers one by one, in channel groups)
+                axis = 3 if _rows(base, big) == 1 else 2   # (one output row, e.g. a 1-d convolution: column bands)
+                chain = [big] if big in fit.solo else _chain(cur, big, sizes, room, fit.dw_post and axis == 2,
+                                                            fit.solo, axis)
+                if _rows(base, chain[-1], axis) == 1:   # (no bands: the layers one by one, in channel groups)
                     if len(chain) > 1:
                         fit.solo.update(chain)
                         chain = [big]
-                    if _rows(base, big) == 1 and _group(base, fit, big, err, room):
+                    if _rows(base, big, axis) == 1 and _group(base, fit, big, err, room):
                         base = grouped(g, fit)
                         cur = rewrite(base, fit)
                         continue
                 fit.chains[chain[0]] = chain
+                if axis == 3:
+                    fit.columns.add(chain[0])
                 fit.bands[chain[0]] = _more_bands(base, fit, chain[0],
                                                   max(2, -(-max(sizes[x] for x in chain) // room)), err)
             elif len(sizes) >= 2:
@@ -503,14 +551,17 @@ def _group(g: Graph, fit: Fit, name: str, err: ActOverflow, room: int) -> bool:
 
 
 def _whole_input_lines(g: Graph, node, lanes: int) -> int:
-    """ACT lines of the input rows one output row of an ungrouped convolution reads (padded, all its channels): what
-    each of its output channel groups still holds (0 for a per-channel op, whose groups read their own channels)."""
+    """ACT lines of the input rows one output row of an ungrouped convolution reads (padded, all its channels; the
+    input columns one output column reads when it has one output row: column bands): what each of its output channel
+    groups still holds (0 for a per-channel op, whose groups read their own channels)."""
     if node.op != "QConv" or node.attrs["group"] != 1:
         return 0
-    _, c, _, w = g.type(node.inputs[0]).shape
-    kh, _, dh, _, _ = _window(g, node)
+    _, c, h, w = g.type(node.inputs[0]).shape
+    axis = 3 if g.type(node.outputs[0]).shape[2] == 1 else 2
+    k, _, d, _, _ = _window(g, node, axis)
     p = node.attrs["pads"]
-    return ((kh - 1) * dh + 1) * (w + p[1] + p[3]) * -(-c // lanes)
+    across = w + p[1] + p[3] if axis == 2 else h + p[0] + p[2]
+    return ((k - 1) * d + 1) * across * -(-c // lanes)
 
 
 def _groups_note(g: Graph, name: str, fit: Fit) -> str:
@@ -522,31 +573,35 @@ def _groups_note(g: Graph, name: str, fit: Fit) -> str:
     part = f", one of {group['groups']} channel groups of {group['of']!r}" if group else ""
     shape = g.type(node.outputs[0]).shape
     if node.op == "QConv" and node.attrs["group"] == 1:
+        row = "column" if shape[2] == 1 else "row"
         return (f", nor into groups of its output channels{part} (each would still read the "
-                f"{_whole_input_lines(g, node, fit.lanes)} lines of the input rows one output row needs)")
+                f"{_whole_input_lines(g, node, fit.lanes)} lines of the input {row}s one output {row} needs)")
     if len(shape) == 4 and shape[1] <= fit.lanes:
         return f", nor into channel groups{part} (its {shape[1]} output channels are one ACT line)"
     return ", nor into channel groups (a grouped convolution that is not depthwise)" if node.op == "QConv" else ""
 
 
-def _rows(g: Graph, name: str) -> int:
+def _rows(g: Graph, name: str, axis: int = 2) -> int:
+    """Output rows (columns: `axis` 3) of node `name`."""
     shape = g.type(next(nd for nd in g.nodes if nd.name == name).outputs[0]).shape
-    return shape[2] if len(shape) == 4 else 1
+    return shape[axis] if len(shape) == 4 else 1
 
 
 def _more_bands(g: Graph, fit: Fit, head: str, k: int, err: ActOverflow) -> int:
-    """k bands of the chain starting at node `head` (at most one per output row), or the clear error when it has as
-    many already."""
+    """k bands of the chain starting at node `head` (at most one per output row, or column), or the clear error when
+    it has as many already."""
     last = next(nd for nd in g.nodes if nd.name == fit.chains[head][-1])
     shape = g.type(last.outputs[0]).shape
-    rows = _rows(g, last.name)
+    row = "column" if head in fit.columns else "row"
+    rows = _rows(g, last.name, 3 if head in fit.columns else 2)
     if fit.bands.get(head, 1) >= rows:
         what = (f"layer {head!r} ({last.op}, output {list(shape)})" if len(fit.chains[head]) == 1 else
                 f"the layers {_label(fit.chains[head])!r} (output {list(shape)})")
         raise UnsupportedError(
-            f"{what} do{'es' * (len(fit.chains[head]) == 1)} not fit ACT even in row bands of one output row each: "
-            f"such a band needs {err.need} ACT lines (the input rows its windows read, padded, and its output row, in "
-            f"blocks of {fit.lanes} channels) and the target has {err.have} (scratchpad.act_lines)"
+            f"{what} do{'es' * (len(fit.chains[head]) == 1)} not fit ACT even in {row} bands of one output {row} "
+            f"each{' (nor in row bands)' if row == 'column' else ''}: such a band needs {err.need} ACT lines (the "
+            f"input {row}s its windows read, padded, and its output {row}, in blocks of {fit.lanes} channels) and "
+            f"the target has {err.have} (scratchpad.act_lines)"
             f"{_groups_note(g, head, fit) if len(fit.chains[head]) == 1 else ''}. Use a target with more act_lines, or "
             f"a model with narrower rows or fewer channels there.", [head]) from err
     return min(k, rows)

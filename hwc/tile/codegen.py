@@ -39,7 +39,7 @@ from hwc import isa
 from hwc.errors import UnsupportedError
 from hwc.isa import Op, VecOp, Wait
 from hwc.lower.memplan import Interval, check_plan, lower_bound, naive_total, peak, plan_best
-from hwc.tile.bands import ActOverflow
+from hwc.tile.bands import ActOverflow, RowTooWide
 from hwc.tile.layers import (
     DWS_OF,
     MAX_PHASES,
@@ -663,9 +663,9 @@ class Codegen:
         pt, pl, _, _ = layer.pads
         ho, wo = dst.h, dst.w
         acc_cap = self._acc_cap()
-        if wo > acc_cap:
-            raise UnsupportedError(f"layer {layer.name!r}: an output row of {wo} pixels does not fit "
-                                   f"{acc_cap} accumulator lines", [layer.name])
+        if wo > acc_cap:   # (`bands.fit_act` then computes the layer in column bands)
+            raise RowTooWide(f"layer {layer.name!r}: an output row of {wo} pixels does not fit {acc_cap} accumulator "
+                             f"lines", [layer.name], layer.name, wo, acc_cap)
         rows_per_tile = max(1, min(ho, acc_cap // wo))
         cbo, cbi = -(-m // n), -(-c // n)
         wpad = np.zeros((cbo * n, cbi * n, kh, kw), np.int8)

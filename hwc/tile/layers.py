@@ -312,8 +312,12 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
             group = next((b for b in n.inputs + n.outputs if b in groups_of), None)
             if n.op in ("Slice", "Concat") and band is not None:
                 of = bands_of[band]
-                why = f"row bands of {of['of']!r} ({of['bands']} bands: its activations do not fit ACT whole)"
-                why += HOST_COPIES
+                if of.get("columns"):   # (one output row: column bands, whose Slices and Concats the host runs)
+                    why = (f"column bands of {of['of']!r} ({of['bands']} bands: its activations do not fit ACT whole); "
+                           f"the host copies the columns")
+                else:
+                    why = f"row bands of {of['of']!r} ({of['bands']} bands: its activations do not fit ACT whole)"
+                    why += HOST_COPIES
             elif n.op in ("Slice", "Concat") and group is not None:
                 of = groups_of[group]
                 why = (f"channel groups of {of['of']!r} ({of['groups']} groups: its activations do not fit ACT even "

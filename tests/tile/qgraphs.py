@@ -32,14 +32,16 @@ class QBuilder:
     def conv(self, x, m, k=3, stride=1, pads=None, group=1, zp_out=None, relu=False, dil=1):
         g = self.g
         c = g.type(x).shape[1]
-        pads = pads if pads is not None else [k // 2] * 4
-        w = self.rng.integers(-127, 128, (m, c // group, k, k)).astype(np.int8)
+        kh, kw = (k, k) if isinstance(k, int) else k   # (k or (kh, kw); stride or (sh, sw))
+        pads = pads if pads is not None else [kh // 2, kw // 2] * 2
+        w = self.rng.integers(-127, 128, (m, c // group, kh, kw)).astype(np.int8)
         b = self.rng.integers(-5000, 5000, m).astype(np.int32)
         mult, shift = self._requant(m)
         z_in = int(g.values[x].quant.zero_point)
         zo = int(self.rng.integers(-20, 20)) if zp_out is None else zp_out
         ins = [x] + [g.add_const(a, hint) for a, hint in ((w, "w"), (b, "b"), (mult, "m"), (shift, "s"))]
-        n = g.make_node("QConv", ins, {"strides": [stride] * 2, "pads": pads, "dilations": [dil] * 2, "group": group,
+        strides = [stride] * 2 if isinstance(stride, int) else list(stride)
+        n = g.make_node("QConv", ins, {"strides": strides, "pads": pads, "dilations": [dil] * 2, "group": group,
                                        "z_in": z_in, "z_out": zo, "lo": zo if relu else -128, "hi": 127})
         _q(g, n.outputs[0], zo)
         return n.outputs[0]

@@ -164,16 +164,59 @@ def test_live_activations_too_large_for_act_cut_the_segment():
 
 
 def test_a_layer_too_large_even_in_one_row_bands_is_a_clear_error():
-    """A row of 2,100 pixels of 64 channels: one output row's band needs 3 input rows x 2,102 x 8 blocks."""
+    """256 channels (32 lines a pixel on tile8x8) of 16x16 into a 3x3 convolution on a 1,024-line ACT: one output
+    row's band reads 3 padded rows of 18 pixels x 32 blocks, one output column's band 18 rows of 3, and every group of
+    its output channels the same: the error names the layer, the sizes, and each way tried."""
     b = QBuilder()
-    x = b.input("x", (1, 64, 4, 2100), zp=0)
-    g = b.output(b.conv(x, 64))
-    with pytest.raises(UnsupportedError, match=r"layer 'qconv' \(QConv, output \[1, 64, 4, 2100\]\) does not fit "
-                                               r"ACT even in row bands of one output row each: such a band needs "
-                                               r"\d+ ACT lines .* the target has 16384 \(scratchpad.act_lines\), nor "
-                                               r"into groups of its output channels \(each would still read the "
-                                               r"50448 lines of the input rows one output row needs\)"):
-        build_tile(g, T8, hdl=False)
+    x = b.input("x", (1, 256, 16, 16), zp=0)
+    g = b.output(b.conv(x, 8))
+    with pytest.raises(UnsupportedError, match=r"layer 'qconv' \(QConv, output \[1, 8, 16, 16\]\) does not fit ACT "
+                                               r"even in column bands of one output column each \(nor in row bands\): "
+                                               r"such a band needs \d+ ACT lines .* the target has 1024 "
+                                               r"\(scratchpad.act_lines\), nor into groups of its output channels "
+                                               r"\(each would still read the 1728 lines of the input rows one output "
+                                               r"row needs\)"):
+        build_tile(g, small_act(T8, 1024), hdl=False)
+
+
+def test_rows_too_wide_for_one_row_bands_go_in_column_bands():
+    """A 3x3 convolution over rows of 1,200 pixels of 32 channels on a 2,048-line ACT: one output row's band needs
+    3 x 1,202 x 4 lines, and groups of its output channels would each read them all; column bands (every row, a
+    range of columns, the columns past the edges the pads of the first and last band) fit, exact."""
+    b = QBuilder(seed=2)
+    x = b.input("x", (1, 32, 3, 1200), zp=-4)
+    g = b.output(b.conv(x, 16, relu=True))
+    art = check_exact(g, small_act(T8, 2048))
+    assert art.report["act_fit"]["column_bands"]["qconv"] >= 2 and not art.report["act_fit"]["bands"]
+    assert "in column bands: qconv" in describe(art.report["act_fit"])
+
+
+def test_a_one_dimensional_convolution_over_a_long_signal_goes_in_column_bands():
+    """Raw audio: one second at 16 kHz ([1, 1, 1, 16000]) into 1-d convolutions (1x9 stride 4, then 1x3), a global
+    pool and a classifier on tile8x8. Its activations do not fit ACT and its rows do not fit the accumulators, and a
+    single row has no row bands: the two convolutions go in column bands together (their halo columns computed
+    twice), exact against the int8 reference; the host copies the columns between the segments."""
+    b = QBuilder(seed=11)
+    x = b.input("x", (1, 1, 1, 16000), zp=3)
+    y = b.conv(x, 32, k=(1, 9), stride=(1, 4), pads=[0, 4, 0, 4], relu=True)
+    y = b.conv(y, 32, k=(1, 3), pads=[0, 1, 0, 1], relu=True)
+    g = b.output(b.gemm(b.flatten(b.gap(y)), 10))
+    art = check_exact(g, T8)
+    fit = art.report["act_fit"]
+    assert list(fit["column_bands"]) == ["qconv..qconv_1"] and fit["macs_recomputed"] > 0, fit
+    assert art.report["utilization"] > 0.5
+    why = _host_reasons(art)
+    assert any("column bands of 'qconv..qconv_1'" in w and "the host copies the columns" in w for w in why.values())
+
+
+def test_a_row_wider_than_the_accumulators_goes_in_column_bands():
+    """A 1x1 convolution over rows of 1,500 pixels: the activations fit ACT whole, an output row does not fit the
+    1,024 accumulator lines (the convolution computes whole rows): two column bands, exact."""
+    b = QBuilder(seed=3)
+    x = b.input("x", (1, 8, 2, 1500), zp=0)
+    g = b.output(b.conv(x, 8, k=1, pads=[0] * 4))
+    art = check_exact(g, T8)
+    assert art.report["act_fit"]["column_bands"] == {"qconv": 2}, art.report["act_fit"]
 
 
 def test_a_global_pool_over_an_input_larger_than_act_is_a_clear_error():
@@ -244,6 +287,19 @@ def test_a_convolution_with_many_output_channels_goes_in_groups_of_them():
     art = check_exact(g, small_act(T8, 512))
     assert art.report["act_fit"]["channels"].get("qconv", 0) >= 2, art.report["act_fit"]
     assert art.report["macs"] == 8 * 200 * 3 * 40
+
+
+def test_column_bands_through_the_rtl():
+    """A 3x3 convolution over rows of 1,500 pixels on tile8x8 (wider than the accumulators: two column bands, each
+    reading the halo column of the other) through the RTL: outputs and cycles equal to the model's, the outputs to
+    the int8 reference."""
+    b = QBuilder(seed=12)
+    x = b.input("x", (1, 8, 2, 1500), zp=-2)
+    g = b.output(b.conv(x, 8, relu=True))
+    verify(g)
+    art = build_tile(g, load_target("tile8x8"), hdl=True)
+    assert art.report["act_fit"].get("column_bands", {}).get("qconv", 0) >= 2, art.report["act_fit"]
+    _rtl_equals_model_equals_reference(art, g, feeds_for(g, 4))
 
 
 def test_channel_groups_through_the_rtl():
