@@ -368,6 +368,12 @@ class Codegen:
         `drip`: pending halo FILLs may follow this GEMM (not before a GEMM that waits for POST). `halos`: a VEC
         may read or write halo lines (then every pending FILL goes first; a residual add touches none). `drains`: the
         next instruction waits for this GEMM to complete (FILLs may use POST until then)."""
+        if opcode == Op.VEC and fields["n_outer"] == 1:   # (an unused outer stride: one row thousands of lines apart)
+            fields.update({k: 0 for k in ("in_so", "out_so") if abs(fields[k]) > VEC_MAX_STRIDE})
+        if opcode == Op.VEC and not _vec_fits(fields):   # (rows wider than its fields: one VEC a row and piece)
+            for k, piece in enumerate(_vec_pieces(fields)):
+                self.compute(g, opcode, needs, wait if k == 0 else Wait.NONE, region, drip, halos, drains, **piece)
+            return
         if self.post_unit:
             # v2 hazards (docs/tile-v2.md): a PPU reads accumulators GEMMs write, a FILL may overwrite
             # lines in-flight GEMMs still read: both wait for COMPUTE. A GEMM waits for POST only when it
@@ -1661,3 +1667,25 @@ def _tap_runs(n_out: int, stride: int, pad: int, k: int, size: int) -> list[tupl
         else:
             runs.append((o, o + 1, a, b))
     return runs
+
+
+#: VEC's loop counts (12 bits) and outer strides (12 bits, signed): `Codegen.compute` splits a VEC beyond them.
+VEC_MAX_COUNT, VEC_MAX_STRIDE = (1 << 12) - 1, (1 << 11) - 1
+
+
+def _vec_fits(f: dict) -> bool:
+    return (f["n_outer"] <= VEC_MAX_COUNT and f["n_inner"] <= VEC_MAX_COUNT
+            and (f["n_outer"] == 1 or max(abs(f["in_so"]), abs(f["out_so"])) <= VEC_MAX_STRIDE))
+
+
+def _vec_pieces(f: dict) -> list[dict]:
+    """A VEC whose counts or outer strides do not fit its fields (a row of thousands of pixels: a 1-d signal) as VECs
+    that do, in the same order: one a row (outer strides 0), each row in pieces of at most VEC_MAX_COUNT lines."""
+    out = []
+    for o in range(f["n_outer"]):
+        for i0 in range(0, f["n_inner"], VEC_MAX_COUNT):
+            n = min(VEC_MAX_COUNT, f["n_inner"] - i0)
+            out.append(dict(f, a=f["a"] + o * f["in_so"] + i0 * f["in_si"], b=f["b"] + o * f["in_so"] + i0 * f["in_si"],
+                            out=f["out"] + o * f["out_so"] + i0 * f["out_si"], n_outer=1, n_inner=n, in_so=0,
+                            out_so=0))
+    return out

@@ -593,3 +593,19 @@ def test_no_region_for_a_host_tensor_no_band_reads_in_place():
     assert segs[0]["dram_base"] == 0 and not any(r["name"].startswith("input.input") for r in art.memory_map["dram"])
     assert all(p["src"] in {o["name"] for io in segs for o in io["outputs"]}
                for io in segs for t in io["inputs"] for p in t.get("view", ()))
+
+
+def test_vec_rows_wider_than_its_fields_go_one_row_and_piece_at_a_time():
+    """A padded max pool and a residual add over rows of 5,000 pixels (a 65,536-line ACT holds them whole): VEC's
+    outer stride (12 bits) cannot step a row and its counts (12 bits) cannot cover one, so each VEC becomes one a row
+    in pieces of at most 4,095 lines (it was an internal error): exact against the int8 reference."""
+    from hwc import isa
+
+    b = QBuilder(seed=5)
+    x = b.input("x", (1, 8, 2, 5000), zp=1)
+    y = b.input("y", (1, 8, 2, 5000), zp=-3)
+    g = b.output(b.add(b.maxpool(x, 2, 1, (0, 0, 1, 1)), y))
+    art = check_exact(g, small_act(T8, 65536))
+    vec = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.VEC]
+    assert max(i.get("n_inner") for i in vec) == 4095 and {i.get("in_so") for i in vec} == {0}
+    assert sum(i.get("n_inner") for i in vec if i.get("op") == int(isa.VecOp.ADD)) == 2 * 5000
