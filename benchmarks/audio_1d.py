@@ -10,14 +10,11 @@ markdown table (BENCHMARKS.md); each build's outputs are checked equal to the in
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 from hwc.targets import load_target
-from large_inputs import big_act
+from large_inputs import big_act, timed_build
 
-from hwc.frontend import import_onnx
-from hwc.quant.build import quantize_model
 from hwc.ref.interp import run_graph
 from hwc.tile.build import build_tile
 from hwc.zoo import _Builder
@@ -54,10 +51,7 @@ def main(argv=None) -> None:
     print("|---|---:|---:|---:|---|---:|---|---:|")
     for tn in args.targets:
         target = load_target(tn)
-        t0 = time.perf_counter()
-        q = quantize_model(import_onnx(model), target, calib)
-        art = build_tile(q, target, hdl=False)
-        build_s = time.perf_counter() - t0
+        q, art, build_s = timed_build(model, target, calib)
         r = art.report
         feeds = {name: np.random.default_rng(5).normal(0, 0.3, q.type(name).shape).astype(np.float32)
                  for name in q.inputs}

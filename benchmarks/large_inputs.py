@@ -29,6 +29,14 @@ def big_act(target: dict, lines: int = 65536) -> dict:
     return validate_tile(doc, f"{target['name']} (act_lines {lines})")
 
 
+def timed_build(model, target: dict, calib: dict):
+    """(int8 graph, tile build, seconds): `model` quantized with `calib` and built for `target`, timed together."""
+    t0 = time.perf_counter()
+    q = quantize_model(import_onnx(model), target, calib)
+    art = build_tile(q, target, hdl=False)
+    return q, art, time.perf_counter() - t0
+
+
 def host_bytes(art) -> int:
     """Bytes the host copies per inference for the row bands: the Slices and Concats it runs (int8; those whose rows
     the next segment's LOADs read where the tile stored them, `hwc.tile.views`, cost it nothing)."""
@@ -53,10 +61,7 @@ def main(argv=None) -> None:
         calib = random_inputs(model, n=8, seed=3)
         for tn in args.targets:
             target = load_target(tn)
-            t0 = time.perf_counter()
-            q = quantize_model(import_onnx(model), target, calib)
-            art = build_tile(q, target, hdl=False)
-            build_s = time.perf_counter() - t0
+            q, art, build_s = timed_build(model, target, calib)
             r = art.report
             whole = build_tile(q, big_act(target), hdl=False).report
             assert not whole["act_fit"]["bands"] and not whole["act_fit"]["cuts"]
