@@ -505,7 +505,13 @@ def fit_act(g: Graph, target: dict, schedule):
             cands = {x: v for x, v in sizes.items() if nodes[x].op in BANDABLE}
             big = max(cands, key=lambda x: (cands[x], x), default=None)
             if big is not None and (len(sizes) == 1 or cands[big] > room // 2):
-                axis = 3 if _rows(base, big) == 1 else 2   # (one output row, e.g. a 1-d convolution: column bands)
+                one_row = _rows(base, big) == 1
+                if one_row and not _whole_input_lines(base, nodes[big], fit.lanes) and _group(base, fit, big, err,
+                                                                                            room):
+                    base = grouped(g, fit)   # (one row of a per-channel layer: its channel groups, no halo)
+                    cur = rewrite(base, fit)
+                    continue
+                axis = 3 if one_row else 2   # (one output row, e.g. a 1-d convolution: column bands)
                 chain = [big] if big in fit.solo else _chain(cur, big, sizes, room, fit.dw_post and axis == 2,
                                                             fit.solo, axis)
                 if _rows(base, chain[-1], axis) == 1:   # (no bands: the layers one by one, in channel groups)
