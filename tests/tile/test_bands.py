@@ -609,3 +609,18 @@ def test_vec_rows_wider_than_its_fields_go_one_row_and_piece_at_a_time():
     vec = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.VEC]
     assert max(i.get("n_inner") for i in vec) == 4095 and {i.get("in_so") for i in vec} == {0}
     assert sum(i.get("n_inner") for i in vec if i.get("op") == int(isa.VecOp.ADD)) == 2 * 5000
+
+
+def test_one_row_of_a_per_channel_layer_goes_in_channel_groups_before_column_bands():
+    """A residual add over one row of 64 channels (8 lines a pixel) and 300 pixels on a 2,048-line ACT: channel
+    groups (no halo) rather than column bands, exact; a convolution's one row goes in column bands (its groups would
+    each read the whole input row)."""
+    b = QBuilder(seed=8)
+    x = b.input("x", (1, 64, 1, 300), zp=2)
+    y = b.input("y", (1, 64, 1, 300), zp=-1)
+    art = check_exact(b.output(b.add(x, y)), small_act(T8, 2048))
+    assert art.report["act_fit"]["channels"].get("qadd", 0) >= 2 and not art.report["act_fit"].get("column_bands")
+    b = QBuilder(seed=8)
+    x = b.input("x", (1, 64, 1, 300), zp=2)
+    art = check_exact(b.output(b.conv(x, 64, k=(1, 3), pads=[0, 1, 0, 1])), small_act(T8, 2048))
+    assert art.report["act_fit"]["column_bands"].get("qconv", 0) >= 2 and not art.report["act_fit"]["channels"]
