@@ -568,8 +568,7 @@ def _explicit_ceil_pads(graph: Graph) -> Graph:
     schedules explicit pads only (a max pool's edge windows run over the pixels inside)."""
     from hwc.ir.ops import conv_out_dim
 
-    pools = [n for n in graph.nodes if n.op == "MaxPool" and n.attrs.get("ceil_mode")]
-    if not pools:
+    if not any(n.op == "MaxPool" and n.attrs.get("ceil_mode") for n in graph.nodes):
         return graph
     graph = graph.copy()
     for n in graph.nodes:

@@ -219,21 +219,20 @@ def test_a_row_wider_than_the_accumulators_goes_in_column_bands():
     assert art.report["act_fit"]["column_bands"] == {"qconv": 2}, art.report["act_fit"]
 
 
-def test_a_global_pool_over_an_input_larger_than_act_is_a_clear_error():
+@pytest.mark.parametrize("shape,lines,match", [
+    ((1, 8, 96, 96), 4096, r"layer 'qglobalavgpool' \(QGlobalAvgPool\) does not fit ACT and cannot be split into row "
+                           r"bands \(it reads its whole input at once\), nor into channel groups \(its 8 output "
+                           r"channels are one ACT line\)"),
+    # (two lines of channels: in two groups, each still larger than ACT)
+    ((1, 16, 12, 12), 128, r"layer 'qglobalavgpool.ch0' \(QGlobalAvgPool\) does not fit ACT .*nor into channel "
+                           r"groups, one of 2 channel groups of 'qglobalavgpool' \(its 8 output channels are one ACT "
+                           r"line\): the activations need 145"),
+])
+def test_a_global_pool_over_an_input_larger_than_act_is_a_clear_error(shape, lines, match):
     b = QBuilder()
-    x = b.input("x", (1, 8, 96, 96), zp=0)
-    g = b.output(b.gap(x))
-    with pytest.raises(UnsupportedError, match=r"layer 'qglobalavgpool' \(QGlobalAvgPool\) does not fit ACT and "
-                                               r"cannot be split into row bands \(it reads its whole input at once\), "
-                                               r"nor into channel groups \(its 8 output channels are one ACT line\)"):
-        build_tile(g, small_act(T8, 4096), hdl=False)
-    b = QBuilder()   # (two lines of channels: in two groups, each still larger than ACT)
-    x = b.input("x", (1, 16, 12, 12), zp=0)
-    g = b.output(b.gap(x))
-    with pytest.raises(UnsupportedError, match=r"layer 'qglobalavgpool.ch0' \(QGlobalAvgPool\) does not fit ACT .*"
-                                               r"nor into channel groups, one of 2 channel groups of 'qglobalavgpool' "
-                                               r"\(its 8 output channels are one ACT line\): the activations need 145"):
-        build_tile(g, small_act(T8, 128), hdl=False)
+    g = b.output(b.gap(b.input("x", shape, zp=0)))
+    with pytest.raises(UnsupportedError, match=match):
+        build_tile(g, small_act(T8, lines), hdl=False)
 
 
 def _host_reasons(art) -> dict[str, str]:
