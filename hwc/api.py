@@ -99,6 +99,9 @@ def _backend_artifact(tgt, graph, report, info, triple, cpu, hdl, hdl_job=None) 
         art = build_tile(graph, tgt, hdl=hdl, hdl_job=hdl_job)
         art.report["quant"] = report["quant"]
         return art
+    from hwc.lower.memplan import plan_graph
+
+    report["memory"] = plan_graph(graph)
     return RefArtifact(tgt, graph, report, info)
 
 

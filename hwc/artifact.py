@@ -39,7 +39,14 @@ def register(kind: str):
 
 
 def io_spec(g: Graph, names: list[str]) -> list[dict[str, Any]]:
-    return [{"name": n, "shape": list(g.type(n).shape), "dtype": g.type(n).dtype} for n in names]
+    """Name, shape and dtype of each graph input or output; for an int8 graph, also the int8 encoding
+    ("quantization": scale, zero_point) where a Quantize turns an input into codes or a Dequantize
+    makes an output."""
+    from hwc.quant.build import io_quantization
+
+    enc = io_quantization(g) if "quant" in g.metadata else {}
+    return [{"name": n, "shape": list(g.type(n).shape), "dtype": g.type(n).dtype,
+             **({"quantization": enc[n]} if n in enc else {})} for n in names]
 
 
 def _fmt_shape(shape) -> str:

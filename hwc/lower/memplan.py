@@ -276,3 +276,29 @@ def plan_program(prog: Program, align: int = 64, reorder: bool = True, inplace: 
     for name, off in best.offsets.items():
         prog.buffers[name].offset = off
     return best
+
+
+# ---- graphs (the reference target) -----------------------------------------------------------
+def plan_graph(g, align: int = 64) -> dict:
+    """report.json's `memory` for a graph run node by node (the reference target, which has no lowered
+    program): every intermediate tensor (not the graph's inputs, outputs or constants) is a buffer live
+    from the node that makes it to the last node that reads it, in the graph's node order."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    io = set(g.inputs) | set(g.outputs)
+    for step, n in enumerate(g.nodes):
+        for t in n.inputs:
+            if t in first:
+                last[t] = step
+        for t in n.outputs:
+            if t and t not in io:
+                first.setdefault(t, step)
+                last.setdefault(t, step)
+    ivs = [Interval(t, _round(g.type(t).nbytes, align), first[t], last[t]) for t in first]
+    offs, how = plan_best(ivs, align)
+    check_plan(offs, ivs)
+    return {"peak_bytes": peak(offs, ivs), "lower_bound_bytes": lower_bound(ivs), "naive_bytes": naive_total(ivs),
+            "tflm_greedy_bytes": peak(plan_greedy_by_size(ivs, align), ivs), "method": f"node order, {how}",
+            "alignment": align, "step_unit": "node",
+            "buffers": [{"name": iv.name, "offset": offs[iv.name], "size": iv.size, "start": iv.start, "end": iv.end}
+                        for iv in sorted(ivs, key=lambda i: (i.start, i.name))]}

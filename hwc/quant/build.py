@@ -87,6 +87,35 @@ def quantized_inputs(q: Graph) -> list[str]:
     return sorted({n.inputs[0] for n in q.nodes if n.op in ("Quantize", "QuantizeLinear") and n.inputs[0] in q.inputs})
 
 
+def io_quantization(q: Graph) -> dict[str, dict]:
+    """The int8 encoding at each graph input and output of an int8 graph (model.json's "quantization"):
+    {name: {"scale", "zero_point", "dtype": "int8"}} for an input that a Quantize (or QuantizeLinear)
+    node turns into codes and an output that a Dequantize (or DequantizeLinear) node produces. Other
+    inputs and outputs (float graphs, float parts) are absent. A per-channel encoding gives lists."""
+    def enc(node) -> dict | None:
+        if node.op in ("Quantize", "Dequantize"):
+            scale, zp = node.attrs["scale"], node.attrs.get("zero_point", 0)
+        else:
+            scale = q.const(node.inputs[1]) if len(node.inputs) > 1 else None
+            zp = q.const(node.inputs[2]) if len(node.inputs) > 2 else np.zeros((), np.int8)
+            if scale is None or zp is None:
+                return None
+            scale, zp = np.asarray(scale).tolist(), np.asarray(zp).tolist()
+        return {"scale": scale, "zero_point": zp, "dtype": "int8"}
+
+    out = {}
+    for n in q.nodes:
+        if n.op in ("Quantize", "QuantizeLinear") and n.inputs[0] in q.inputs and n.inputs[0] not in out:
+            e = enc(n)
+            if e:
+                out[n.inputs[0]] = e
+        if n.op in ("Dequantize", "DequantizeLinear") and n.outputs[0] in q.outputs:
+            e = enc(n)
+            if e:
+                out[n.outputs[0]] = e
+    return out
+
+
 def check_quantized_inputs(feeds: dict[str, np.ndarray], names: list[str]) -> None:
     """Reject NaN in the inputs `names` (see `quantized_inputs`) of one run.
 

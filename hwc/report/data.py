@@ -91,6 +91,23 @@ def complete(art) -> None:
     else:
         layers, other = _graph_layers(art)
         _graph_energy(art, layers, other)
+    rep["sizes"] = sizes(art)
+
+
+def sizes(art) -> dict:
+    """report.json's `sizes`: the bytes of what a deployment holds. Every target: `weights_bytes` (weights.bin)
+    and `activations_bytes` (the planned peak of the activations: the workspace, or the tile's ACT scratchpad).
+    cpu adds `object_bytes` (model.o) and `io_bytes` (the input/output area); tile adds `program_bytes`
+    (program.bin) and `dram_bytes` (the external memory the tile addresses: weights, I/O, program)."""
+    rep = art.report
+    out = {"weights_bytes": rep.get("weights_bytes", 0),
+           "activations_bytes": rep.get("memory", {}).get("peak_bytes", 0)}
+    if art.kind == "cpu":
+        out.update(object_bytes=rep["object_bytes"], io_bytes=rep["io_bytes"])
+    if art.kind == "tile":
+        out.update(program_bytes=len(art.program),
+                   dram_bytes=max((r["offset"] + r["size"] for r in art.memory_map.get("dram", [])), default=0))
+    return out
 
 
 def _shape_list(g, names) -> list[list[int]]:

@@ -661,6 +661,8 @@ def build_tile(graph: Graph, target: dict, *, hdl: bool = True, im2col: bool = T
                            "size": host.packed_bytes(p["layout"][0], p["pitch"], p["layout"][1],
                                                      target["array"]["rows"])}
                           for x, p in sorted(hosted.items())] + memory_map["dram"]
+    for r in memory_map["dram"]:   # (every buffer names its memory: ARCHITECTURE.md)
+        r.update(bank="dram", unit="bytes")
     tile_v = None
     if hdl:
         from hwc.hw.hdl_cache import cached_text, finish_background

@@ -102,7 +102,7 @@ class Placement:
             off = len(dram)
             dram += b"".join(g.blocks)
             regions.append({"name": f"weights.group{k}", "offset": base + off, "size": len(dram) - off,
-                            "kind": "weights", "blocks": len(g.blocks), "bank": g.bank})
+                            "kind": "weights", "blocks": len(g.blocks), "wgt_bank": g.bank})
             g.dram = base + off
         io_off = base + _align(len(dram), beat)
         self.inputs, self.outputs = {}, {}
