@@ -1483,6 +1483,12 @@ class Codegen:
                 vmax(a, tap(t), o, n_outer, n_inner, in_so, in_si, so, si)
 
         for cb in range(src.cb):
+            if kh == 1 and kw > 1:   # one row a window (a 1-d signal): the horizontal pass writes the output grid
+                for o0, o1, a, b in cols:
+                    x = o0 * sw - pl
+                    chain(lambda kx, x=x, cb=cb: src.line(cb, -pt, x + kx), u.line(0, -pt, x), dst.line(cb, 0, o0),
+                          (a, b), ho, o1 - o0, sh * src.wp, sw, dst.wp, 1)
+                continue
             # horizontal: u[y, x] = max over kx of src[y, x*sw - pl + kx] (stored at column x*sw - pl), for
             # the rows the vertical pass reads
             if kw == 1:
@@ -1496,7 +1502,7 @@ class Codegen:
             # vertical: max over ky, the last step writes the output grid
             for o0, o1, a, b in rows:
                 y, x = o0 * sh - pt, -pl
-                chain(lambda ky, y=y, t=hsrc, hb=hb, x=x: t.line(hb, y + ky, x), v.line(0, y + a, x),
+                chain(lambda ky, y=y, t=hsrc, hb=hb, x=x: t.line(hb, y + ky, x), v and v.line(0, y + a, x),
                       dst.line(cb, o0, 0), (a, b), o1 - o0, wo, sh * src.wp, sw, dst.wp, 1)
 
     # ---- 4. the program -----------------------------------------------------------------------
@@ -1508,7 +1514,10 @@ class Codegen:
             if isinstance(layer, MaxPoolLayer):
                 src = self.tensor(layer.src)
                 pair = []
-                for tag in ("h", "v"):
+                for tag, used in (("h", layer.kernel[1] > 1), ("v", layer.kernel[0] > 1)):
+                    if not used:   # (a pass over one tap needs no scratch: `emit_maxpool`)
+                        pair.append(None)
+                        continue
                     t = TileTensor(f"{layer.name}.{tag}", min(src.c, self.n), src.h, src.w, src.zp, self.n,
                                    list(src.pads))
                     plan.tensors[t.name] = t

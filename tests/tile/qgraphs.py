@@ -77,7 +77,9 @@ class QBuilder:
         return n.outputs[0]
 
     def maxpool(self, x, k=2, s=2, pads=(0, 0, 0, 0), ceil=False):
-        n = self.g.make_node("MaxPool", [x], {"kernel_shape": [k, k], "strides": [s, s], "pads": list(pads),
+        k = [k, k] if isinstance(k, int) else list(k)   # (k or (kh, kw); s or (sh, sw))
+        s = [s, s] if isinstance(s, int) else list(s)
+        n = self.g.make_node("MaxPool", [x], {"kernel_shape": k, "strides": s, "pads": list(pads),
                                               "dilations": [1, 1], "ceil_mode": int(ceil)})
         _q(self.g, n.outputs[0], int(self.g.values[x].quant.zero_point))
         return n.outputs[0]

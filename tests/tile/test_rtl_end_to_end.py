@@ -487,3 +487,21 @@ def test_max_pool_over_real_pixels_through_the_rtl():
     art = build_tile(g, t, hdl=True)
     rng = np.random.default_rng(0)
     _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 60, (1, 11, 9, 10)).astype(np.int8)})
+
+
+def test_one_row_max_pool_through_the_rtl():
+    """A 1-d signal: a 1 x 3 conv over one row of 40 pixels and two channel blocks, then a 1 x 4 stride-4 max pool,
+    whose horizontal pass writes the output (no vertical pass): RTL == model == int8 reference."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc.tile.build import build_tile
+
+    t = load_target("tile8x8")
+    b = QBuilder(seed=33)
+    x = b.input("x", (1, 3, 1, 40), zp=-5)
+    y = b.conv(x, 12, k=(1, 3), pads=[0, 1, 0, 1], relu=True)
+    g = b.output(b.maxpool(y, (1, 4), (1, 4)))
+    art = build_tile(g, t, hdl=True)
+    rng = np.random.default_rng(0)
+    _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 3, 1, 40)).astype(np.int8)})

@@ -212,6 +212,46 @@ def test_max_pool_over_real_pixels_only(case):
     check_exact(g, TARGETS[case["target"]], seed=case["h"])
 
 
+rect_pool_cases = st.fixed_dictionaries({
+    "c": st.integers(1, 40), "h": st.integers(1, 6), "w": st.integers(4, 40), "kh": st.sampled_from([1, 2, 3]),
+    "kw": st.sampled_from([1, 2, 4]), "sh": st.sampled_from([1, 2]), "sw": st.sampled_from([1, 3, 4]),
+    "pad": st.booleans(), "edge": st.booleans(), "target": st.sampled_from(sorted(TARGETS)),
+})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rect_pool_cases)
+def test_rectangular_max_pool(case):
+    """Max pools with different kernel heights and widths and strides (1 x k over a 1-d signal's row, k x 1), on
+    a ReLU output and, with `edge`, on the model input beside a padded conv (real pixels only). A pool one row
+    high writes its output from the horizontal pass; it and a pool one column wide use one scratch tensor."""
+    kh, kw = case["kh"], case["kw"]
+    pads = [min(int(case["pad"]), kh - 1), min(int(case["pad"]), kw - 1)] * 2
+    h, w = case["h"] + kh - 1, case["w"]
+    b = QBuilder(seed=case["c"] + 7 * h)
+    x = b.input("x", (1, case["c"], h, w), zp=30)
+    if case["edge"]:
+        g = b.output(b.conv(x, 5, pads=[1, 1, 1, 1]), b.maxpool(x, (kh, kw), (case["sh"], case["sw"]), pads))
+    else:
+        g = b.output(b.maxpool(b.conv(x, 9, relu=True), (kh, kw), (case["sh"], case["sw"]), pads))
+    check_exact(g, TARGETS[case["target"]], seed=h + w)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_one_row_max_pool_is_one_pass(target):
+    """A 1 x 4 max pool over a one-row tensor of one channel block: three VECs (max of taps 0 and 1, then 2, then 3,
+    the last into the output), no vertical copy, no second scratch tensor."""
+    b = QBuilder(seed=2)
+    x = b.input("x", (1, 5, 1, 64), zp=-4)
+    g = b.output(b.maxpool(b.conv(x, 6, k=(1, 3), pads=[0, 1, 0, 1], relu=True), (1, 4), (1, 4)))
+    from hwc import isa
+
+    art = check_exact(g, TARGETS[target])
+    assert sum(i.op == isa.Op.VEC for i in isa.from_bytes(art.program)) == 3
+    pool = g.nodes[-1].name
+    assert [a["name"] for a in art.memory_map["act"] if a["name"].startswith(pool + ".")] == [pool + ".h"]
+
+
 @pytest.mark.parametrize("target", sorted(TARGETS))
 @pytest.mark.parametrize("c", [3, 8, 21, 64])
 def test_residual_add_and_global_pool(target, c):
