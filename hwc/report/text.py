@@ -59,7 +59,8 @@ def summary(rep: dict) -> Table:
                   f"shifted stacking {'yes' if ch.get('shift') else 'no'}, "
                   f"first weights in pieces {'yes' if ch.get('split') else 'no'}, "
                   f"bus-bound weight groups grown {'yes' if ch.get('bus_groups') else 'no'}, "
-                  f"weights prefetched {'yes' if ch.get('prefetch') else 'no'}")
+                  f"weights prefetched {'yes' if ch.get('prefetch') else 'no'}, "
+                  f"max pools during their conv {'yes' if ch.get('fuse_pools') else 'no'}")
     from hwc.tile.bands import describe
 
     if describe(rep.get("act_fit")):

@@ -305,6 +305,7 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
     `fixed`: the policies to use instead; `policies`: only these tiling policies.
     Returns [(cycles, plan, program, choice)]."""
     found, timed = [], {}
+    made = {}   # id(program) -> the (bus_groups, fuse_pools) of the Codegen that made it (`gens`)
 
     def cycles(prog):
         timed[id(prog)] = _timed(target, prog, base)
@@ -313,28 +314,37 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
     for policy in (policies if policies is not None else _policies(target, fixed)):
         mine, gens = [], {}
         # bus_groups: weight groups behind a bus-bound one grown (Codegen.weighted), tried when some group is
-        # (MobileNet tile32x32's tail is, and it is faster without; the FC autoencoder faster with)
-        for bus in ([fixed.get("bus_groups", False)] if fixed is not None else [False, True]):
-            if bus and False in gens and not gens[False][0].bus_bound:
-                continue
-            p = copy_plan(plan)
-            cg = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy, bus_groups=bus)
-            gens[bus] = cg, p
-            eager = cg.run()
-            for loads in ("eager", "paced"):
-                if fixed is not None and loads != fixed["loads"]:
+        # (MobileNet tile32x32's tail is, and it is faster without; the FC autoencoder faster with).
+        # fuse_pools: max pools run during the conv before them (Codegen._fusable_pools), tried both ways where
+        # there are any (small layers can be slower fused: the VECs then delay the next layer's GEMMs)
+        for fuse in ([fixed.get("fuse_pools", True)] if fixed is not None else [True, False]):
+            for bus in ([fixed.get("bus_groups", False)] if fixed is not None else [False, True]):
+                if bus and (False, fuse) in gens and not gens[False, fuse][0].bus_bound:
                     continue
-                prog = eager if loads == "eager" else cg.refinalize(loads)
-                mine.append((cycles(prog), p, prog,
-                             {"tiling": policy, "loads": loads, "split": False, "bus_groups": bus, "prefetch": False}))
+                if not fuse and (bus, True) in gens and not gens[bus, True][0].fused_pools:
+                    continue   # (no pool to fuse: the same program)
+                p = copy_plan(plan)
+                cg = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy, bus_groups=bus,
+                             fuse_pools=fuse)
+                gens[bus, fuse] = cg, p
+                eager = cg.run()
+                for loads in ("eager", "paced"):
+                    if fixed is not None and loads != fixed["loads"]:
+                        continue
+                    prog = eager if loads == "eager" else cg.refinalize(loads)
+                    made[id(prog)] = bus, fuse
+                    mine.append((cycles(prog), p, prog, {"tiling": policy, "loads": loads, "split": False,
+                                                         "bus_groups": bus, "prefetch": False,
+                                                         "fuse_pools": bool(fuse and cg.fused_pools)}))
         best = min(mine, key=lambda c: c[0])
-        cg, p = gens[best[3]["bus_groups"]]
+        cg, p = gens[made[id(best[2])]]
         first = next((i for i in best[2].program if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT), None)
         # (splitting saves at most the first group's load: not tried when that is a small share of the run)
         pinned = fixed is not None and fixed.get("split")
         if pinned or (fixed is None and first is not None
                       and first.get("rows") * first.get("row_beats") >= SPLIT_MIN_SHARE * best[0]):
             prog = cg.refinalize(best[3]["loads"], split=True)
+            made[id(prog)] = made[id(best[2])]
             if prog.program != best[2].program:   # (a single piece: the same program)
                 split = (cycles(prog), p, prog, dict(best[3], split=True))
                 mine = [split] if fixed is not None else [*mine, split]
@@ -344,7 +354,7 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
             c0, p, prog0, choice = min(mine, key=lambda c: c[0])
             res = timed[id(prog0)]
             if fixed is not None or _weight_stalls(prog0.program, res) >= PREFETCH_MIN_SHARE * c0:
-                prog = gens[choice["bus_groups"]][0].refinalize(choice["loads"], choice["split"], (prog0, res.issue))
+                prog = gens[made[id(prog0)]][0].refinalize(choice["loads"], choice["split"], (prog0, res.issue))
                 if prog.program != prog0.program:
                     pre = (cycles(prog), p, prog, dict(choice, prefetch=True))
                     mine = [pre] if fixed is not None else [*mine, pre]

@@ -135,7 +135,7 @@ class Codegen:
     DW_MODES = ("diag", "rows", "cols", "image", "pitch", "pitch+", "pcols", "pitch2")
 
     def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0,
-                 tiling: str = "cost", lag_ppu: bool = True, bus_groups: bool = False):
+                 tiling: str = "cost", lag_ppu: bool = True, bus_groups: bool = False, fuse_pools: bool = True):
         feats = target["features"]  # (validated: hwc/targets/tile_schema.py fills the defaults)
         self.post_unit = feats["post_unit"]   # v2: PPU/VEC/FILL overlap the array
         self.depthwise = feats["depthwise"]   # v2: GEMM.dw
@@ -166,6 +166,8 @@ class Codegen:
         self._later_add = None        # v2: (GEMMs of the tile to emit first, the fused add of a lag PPU)
         self._tail = None             # v2: ((tensor, block, first row, end row), cycles) the last PPU (+add) writes
         self.lag_ppu = self.post_unit and lag_ppu
+        self.fuse_pools = fuse_pools  # v2: a max pool after a conv runs during it (`_fusable_pools`)
+        self.fused_pools: dict[int, MaxPoolLayer] = {}
         self.plan = plan
         self.dram_base = dram_base  # byte address of this program's data in external memory (beat aligned)
         self.double_buffer = double_buffer
@@ -368,12 +370,14 @@ class Codegen:
         `drip`: pending halo FILLs may follow this GEMM (not before a GEMM that waits for POST). `halos`: a VEC
         may read or write halo lines (then every pending FILL goes first; a residual add touches none). `drains`: the
         next instruction waits for this GEMM to complete (FILLs may use POST until then)."""
-        if opcode == Op.VEC and fields["n_outer"] == 1:   # (an unused outer stride: one row thousands of lines apart)
-            fields.update({k: 0 for k in ("in_so", "out_so") if abs(fields[k]) > VEC_MAX_STRIDE})
-        if opcode == Op.VEC and not _vec_fits(fields):   # (rows wider than its fields: one VEC a row and piece)
-            for k, piece in enumerate(_vec_pieces(fields)):
-                self.compute(g, opcode, needs, wait if k == 0 else Wait.NONE, region, drip, halos, drains, **piece)
-            return
+        if opcode == Op.VEC:
+            pieces = _vec_legal(fields)
+            if len(pieces) > 1:   # (rows wider than its fields: one VEC a row and piece)
+                for k, piece in enumerate(pieces):
+                    self.compute(g, opcode, needs, wait if k == 0 else Wait.NONE, region, drip, halos, drains,
+                                 **piece)
+                return
+            fields = pieces[0]
         if self.post_unit:
             # v2 hazards (docs/tile-v2.md): a PPU reads accumulators GEMMs write, a FILL may overwrite
             # lines in-flight GEMMs still read: both wait for COMPUTE. A GEMM waits for POST only when it
@@ -468,26 +472,36 @@ class Codegen:
         # the next GEMM must issue by about gemm_start + lines - PRELOAD; FILLs issue once POST is free
         room = gemm_start + lines + (t.GEMM_LATENCY if drains else -t.PRELOAD - 4) - max(self._clock[1], gemm_start)
         while self._drip and room > 0:
-            _, region, addr, count, value, rows, stride = self._drip.pop(0)
-            room -= t.FILL_OVERHEAD + rows * count + 2
-            self._emit_fill(g, region, addr, count, value, rows, stride)
+            d = self._drip.pop(0)
+            room -= (_post_busy(t, Op.VEC, d[3]) if _is_vec(d) else t.FILL_OVERHEAD + d[5] * d[3]) + 2
+            self._emit_drip(g, d)
 
     def _fills_before(self, g: Group, read) -> None:
         """Before a GEMM reading `read`: the pending FILLs up to the last one it reads (it then waits POST)."""
         last = max((k for k, d in enumerate(self._drip) if _overlaps(read, d[1])), default=-1)
         for _ in range(last + 1):
-            self._emit_fill(g, *self._drip.pop(0)[1:])
+            self._emit_drip(g, self._drip.pop(0))
 
     def _next_input_fills(self, g: Group) -> None:
         """Before a PPU: the pending FILLs of the layer input's next channel block, so that they run on POST
         before this PPU and the next block's GEMMs need not wait for them behind it."""
-        prev = [d for d in self._drip if d[0] < self.layer]
+        prev = [d for d in self._drip if d[0] < self.layer and not _is_vec(d)]
         if prev:
             key = prev[0][1][:2]
             take = [d for d in prev if d[1][:2] == key]
             self._drip = [d for d in self._drip if d not in take]
             for d in take:
                 self._emit_fill(g, *d[1:])
+
+    def _emit_drip(self, g: Group, d: tuple) -> None:
+        """A pending entry of `_drip`: a halo FILL, or a fused max pool's VEC (`_queue_pool`)."""
+        if not _is_vec(d):
+            self._emit_fill(g, *d[1:])
+            return
+        _, region, _, fields = d
+        self._post_writes, self._post_before, self._last_dw = region, None, None
+        self._estimate(Op.VEC, fields)
+        g.compute.append(Emitted((Op.VEC, fields), frozenset(), self.layer, Wait.NONE, region))
 
     def _emit_fill(self, g: Group, region, addr: int, count: int, value: int, rows: int = 1, stride: int = 0) -> None:
         self._post_writes, self._post_before, self._last_dw = region, None, None
@@ -504,7 +518,7 @@ class Codegen:
         pending into its consumer (that layer's GEMMs take the FILLs they read first) but not beyond:
         the tensor's lines may be reused once its consumers are done."""
         while self._drip and (before is None or self._drip[0][0] < before):
-            self._emit_fill(g or self.last(), *self._drip.pop(0)[1:])
+            self._emit_drip(g or self.last(), self._drip.pop(0))
 
     # ---- 1. geometry --------------------------------------------------------------------------
     def assign_geometry(self) -> None:
@@ -572,6 +586,48 @@ class Codegen:
             out[i] = add
         return out
 
+    def _fusable_pools(self) -> dict[int, MaxPoolLayer]:
+        """v2: conv layer index -> the max pool right after it that reads its output: the pool's VECs for the rows
+        of each finished pixel tile are dripped between the conv's next GEMMs (`_queue_pool`, like the halo FILLs)
+        instead of running after the layer while the array idles (docs/proposal-fused-pool.md). Not a pool over
+        real pixels only (`edge_pools`), nor after a conv whose PPU runs a depthwise stage or that such a stage
+        computes, nor stacked pixels."""
+        out = {}
+        layers = self.plan.layers
+        for i in range(len(layers) - 1):
+            conv, pool = layers[i], layers[i + 1]
+            if not (isinstance(conv, ConvLayer) and isinstance(pool, MaxPoolLayer) and pool.src == conv.dst):
+                continue
+            if pool.name in self.edge_pools or i in self.fused_dws or (i - 1) in self.fused_dws or i in self.fused_adds:
+                continue
+            if self.tensor(conv.dst).s2d != 1 or self.tensor(pool.dst).s2d != 1:
+                continue
+            out[i] = pool
+        return out
+
+    def _queue_pool(self, ob: int, y0: int, y1: int) -> None:
+        """After the PPUs writing rows [y0, y1) of output block `ob` of the conv whose max pool is fused
+        (`fused_pools`): the pool's VECs for the output rows now computable (every input row of their windows
+        written), pending in `_drip` behind the PPUs (and the halo FILLs) they read."""
+        pool = self.fused_pools[self.layer]
+        src = self.tensor(pool.src)
+        spans = self._pool_rows.setdefault((self.layer, ob), [])
+        spans.append((y0, y1))
+        done = 0
+        for a, b in sorted(spans):   # (the rows written from row 0 on, without a gap)
+            if a > done:
+                break
+            done = max(done, b)
+        kh, sh, pt = pool.kernel[0], pool.strides[0], pool.pads[0]
+        ho = self.tensor(pool.dst).h
+        p1 = ho if done >= src.h else max(0, min(ho, (done - 1 + pt - (kh - 1)) // sh + 1))
+        p0 = self._pool_done.get((self.layer, ob), 0)
+        if p1 > p0:
+            self._pool_done[self.layer, ob] = p1
+            self.emit_maxpool(pool, {}, self._pool_temps, cbs=[ob], out_rows=(p0, p1),
+                              sink=lambda fields, region: self._drip.extend(
+                                  (self.layer, region, "VEC", f) for f in _vec_legal(fields)))
+
     def _order_for_fusion(self) -> None:
         """v2: a residual add is fused with the convolution right before it, whose GEMMs hide the add's VEC
         work. In [Y, X, add(X, Y)] with X the cheaper convolution (a 1x1 shortcut) and X not reading Y, run X
@@ -607,10 +663,13 @@ class Codegen:
             last[name] = steps
         for i, dw in self.fused_dws.items():   # PPU.dw writes the depthwise layer's output during the conv
             first[dw.dst] = min(first[dw.dst], i)
+        for i, pool in self.fused_pools.items():   # a fused max pool writes its output during the conv
+            first[pool.dst] = min(first[pool.dst], i)
+        fused = {pool.name: i for i, pool in self.fused_pools.items()}
         mids = {self.plan.layers[i].dst for i in self.fused_dws}   # (PPU.dw: never written)
         first = {k: v for k, v in first.items() if k not in mids}
         ivs = [Interval(n, self.tensor(n).lines, first[n], last[n]) for n in first]
-        ivs += [Interval(t.name, t.lines, step, step) for t, step in self.temps]
+        ivs += [Interval(t.name, t.lines, fused.get(t.name.rsplit(".", 1)[0], step), step) for t, step in self.temps]
         offsets, how = plan_best(ivs, 1)
         check_plan(offsets, ivs)
         need = peak(offsets, ivs)
@@ -792,6 +851,8 @@ class Codegen:
                         self._later_add = (lag + -(-(t.GEMM_LATENCY + t.PPU_OVERHEAD + rows * wo) // gemm), add)
                     else:
                         add(g)
+                if self.layer in self.fused_pools:
+                    self._queue_pool(ob, w0, w1)
 
             if self._lags(layer, mode, taps, rows) and not last:
                 # v2, PPU.lag: the PPU issues behind the next tile's first k GEMMs and waits only for the
@@ -815,7 +876,7 @@ class Codegen:
                     # channel block 0's output halo runs while the array drains (when this last PPU writes
                     # another block): the next layer's first GEMMs read it and need not wait behind the PPU
                     # (all the other blocks' halos too measured slower on MobileNet tile32x32)
-                    mine = [d for d in self._drip if d[0] == self.layer and d[1][1] == 0 != cob]
+                    mine = [d for d in self._drip if d[0] == self.layer and d[1][1] == 0 != cob and not _is_vec(d)]
                     self._drip = [d for d in self._drip if d not in mine]
                     for d in mine:
                         self._emit_fill(g, *d[1:])
@@ -896,8 +957,8 @@ class Codegen:
         the GEMMs) go before the PPU of the tile before. Behind it, the next layer's first GEMM, which reads them,
         waited for that PPU too (MobileNetV1-0.25 tile32x32: 300-400 cycles at each of three layers; block 0's
         FILLs only, the block the next layer's first GEMMs read: 24,385 -> 24,361 there, DS-CNN 4,952 -> 4,970)."""
-        mine = [d for d in self._drip if d[0] == self.layer]
-        self._drip = [d for d in self._drip if d[0] != self.layer]
+        mine = [d for d in self._drip if d[0] == self.layer and not _is_vec(d)]
+        self._drip = [d for d in self._drip if d not in mine]
         for d in mine:
             self._emit_fill(g, *d[1:])
 
@@ -1451,7 +1512,12 @@ class Codegen:
                              a=a.line(cb, y, 0), b=b.line(cb, y, 0), out=o.line(cb, y, 0), n_outer=k,
                              n_inner=a.w, in_so=a.wp, in_si=1, out_so=o.wp, out_si=1, param=entry)
 
-    def emit_maxpool(self, layer: MaxPoolLayer, loads: dict, temps: dict) -> None:
+    def emit_maxpool(self, layer: MaxPoolLayer, loads: dict, temps: dict, cbs=None, out_rows=None,
+                     sink=None) -> None:
+        """Max pool on VEC: a horizontal pass (max over the kernel's columns, into scratch `u`) and a vertical one
+        (max over its rows, the last step into the output). `cbs`, `out_rows` = (first, end): those channel blocks
+        and output rows only, and `sink(fields, region)` takes each VEC instead of `compute` (a fused pool,
+        `_queue_pool`: its VECs carry the region they write)."""
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
         kh, kw = layer.kernel
         sh, sw = layer.strides
@@ -1461,33 +1527,42 @@ class Codegen:
         needs = loads.get(layer.src, ())
         u, v = temps[layer.name]
         if layer.name in self.edge_pools:   # real pixels only: each run of windows over its taps inside
+            assert out_rows is None
             rows, cols = _tap_runs(ho, sh, pt, kh, src.h), _tap_runs(wo, sw, pl, kw, src.w)
             y0, y1 = min(o * sh - pt + a for o, _, a, _ in rows), max((o - 1) * sh - pt + b for _, o, _, b in rows)
         else:               # the halo holds -128 or a value below every pixel: whole windows
-            rows, cols = [(0, ho, 0, kh - 1)], [(0, wo, 0, kw - 1)]
-            y0, y1 = -pt, (ho - 1) * sh - pt + kh - 1
+            p0, p1 = out_rows or (0, ho)
+            rows, cols = [(p0, p1, 0, kh - 1)], [(0, wo, 0, kw - 1)]
+            y0, y1 = p0 * sh - pt, (p1 - 1) * sh - pt + kh - 1
 
-        def vmax(a, b, out, n_outer, n_inner, in_so, in_si, out_so, out_si):
-            self.compute(g, Op.VEC, needs=needs, op=int(VecOp.MAX), a=a, b=b, out=out, n_outer=n_outer,
-                         n_inner=n_inner, in_so=in_so, in_si=in_si, out_so=out_so, out_si=out_si, param=0)
+        def vmax(a, b, out, n_outer, n_inner, in_so, in_si, out_so, out_si, region):
+            fields = dict(op=int(VecOp.MAX), a=a, b=b, out=out, n_outer=n_outer, n_inner=n_inner, in_so=in_so,
+                          in_si=in_si, out_so=out_so, out_si=out_si, param=0)
+            if sink is not None:
+                sink(fields, region)
+            else:
+                self.compute(g, Op.VEC, needs=needs, **fields)
 
-        def chain(tap, acc, out, taps, n_outer, n_inner, in_so, in_si, out_so, out_si):
+        def chain(tap, acc, out, taps, n_outer, n_inner, in_so, in_si, out_so, out_si, acc_region, out_region):
             """out = max over taps of tap(t): acc(...) the running maximum (in place) until the last step."""
             first, last = taps[0], taps[-1]
             if first == last:   # one tap: a copy
-                vmax(tap(first), tap(first), out, n_outer, n_inner, in_so, in_si, out_so, out_si)
+                vmax(tap(first), tap(first), out, n_outer, n_inner, in_so, in_si, out_so, out_si, out_region)
                 return
             for t in range(first + 1, last + 1):
                 a = tap(first) if t == first + 1 else acc
-                o, so, si = (out, out_so, out_si) if t == last else (acc, in_so, in_si)
-                vmax(a, tap(t), o, n_outer, n_inner, in_so, in_si, so, si)
+                o, so, si, r = (out, out_so, out_si, out_region) if t == last else (acc, in_so, in_si, acc_region)
+                vmax(a, tap(t), o, n_outer, n_inner, in_so, in_si, so, si, r)
 
-        for cb in range(src.cb):
+        for cb in (cbs if cbs is not None else range(src.cb)):
             if kh == 1 and kw > 1:   # one row a window (a 1-d signal): the horizontal pass writes the output grid
+                (r0, r1, _, _), = rows
+                yf = r0 * sh - pt
                 for o0, o1, a, b in cols:
                     x = o0 * sw - pl
-                    chain(lambda kx, x=x, cb=cb: src.line(cb, -pt, x + kx), u.line(0, -pt, x), dst.line(cb, 0, o0),
-                          (a, b), ho, o1 - o0, sh * src.wp, sw, dst.wp, 1)
+                    chain(lambda kx, x=x, cb=cb, yf=yf: src.line(cb, yf, x + kx), u.line(0, yf, x),
+                          dst.line(cb, r0, o0), (a, b), r1 - r0, o1 - o0, sh * src.wp, sw, dst.wp, 1,
+                          (u.name, 0, yf, yf + (r1 - r0 - 1) * sh + 1), (dst.name, cb, r0, r1))
                 continue
             # horizontal: u[y, x] = max over kx of src[y, x*sw - pl + kx] (stored at column x*sw - pl), for
             # the rows the vertical pass reads
@@ -1498,12 +1573,14 @@ class Codegen:
                 for o0, o1, a, b in cols:
                     x = o0 * sw - pl
                     chain(lambda kx, x=x, cb=cb: src.line(cb, y0, x + kx), u.line(0, y0, x), u.line(0, y0, x), (a, b),
-                          y1 - y0 + 1, o1 - o0, src.wp, sw, src.wp, sw)
+                          y1 - y0 + 1, o1 - o0, src.wp, sw, src.wp, sw, (u.name, 0, y0, y1 + 1),
+                          (u.name, 0, y0, y1 + 1))
             # vertical: max over ky, the last step writes the output grid
             for o0, o1, a, b in rows:
                 y, x = o0 * sh - pt, -pl
                 chain(lambda ky, y=y, t=hsrc, hb=hb, x=x: t.line(hb, y + ky, x), v and v.line(0, y + a, x),
-                      dst.line(cb, o0, 0), (a, b), o1 - o0, wo, sh * src.wp, sw, dst.wp, 1)
+                      dst.line(cb, o0, 0), (a, b), o1 - o0, wo, sh * src.wp, sw, dst.wp, 1,
+                      v and (v.name, 0, y0, y1 + 1), (dst.name, cb, o0, o1))
 
     # ---- 4. the program -----------------------------------------------------------------------
     def run(self) -> TileProgram:
@@ -1528,6 +1605,8 @@ class Codegen:
             self._order_for_fusion()
         self.fused_adds = self._fusable_adds() if self.post_unit else {}
         self.fused_dws = self._fusable_dws() if self.dw_post else {}
+        self.fused_pools = self._fusable_pools() if self.post_unit and self.fuse_pools else {}
+        self._pool_temps, self._pool_rows, self._pool_done = temps, {}, {}
         act = self.plan_act()
         # LOAD ids: -1 and -2 the params (two parts), (input, chunk) a model input's rows in chunks (so that
         # the first layer starts on the first rows while the next ones load), 1000 + k weight group k.
@@ -1551,10 +1630,17 @@ class Codegen:
                 layer_records.append({"name": layer.name, "op": layer.op, "macs": 0, "fused_into":
                                       plan.layers[i - 1].name, "groups": [start_group, start_group]})
                 continue
+            if (i - 1) in self.fused_pools:   # computed during the conv before (`_queue_pool`)
+                layer_records.append({"name": layer.name, "op": layer.op, "macs": 0, "fused_into":
+                                      plan.layers[i - 1].name, "groups": [start_group, start_group]})
+                self._tail = None
+                continue
             if self.post_unit and isinstance(layer, (ConvLayer, GapLayer)):
                 self._halo_pending = [self.tensor(layer.dst if i not in self.fused_dws else self.fused_dws[i].dst)]
                 if i in self.fused_adds:
                     self._halo_pending.append(self.tensor(self.fused_adds[i].dst))
+                if i in self.fused_pools:
+                    self._halo_pending.append(self.tensor(self.fused_pools[i].dst))
             elif not (isinstance(layer, AddLayer) and (i - 1) in self.fused_adds):
                 self.fill_halo(self.last(), self.tensor(layer.dst))
             fused_add = isinstance(layer, AddLayer) and (i - 1) in self.fused_adds
@@ -1680,6 +1766,21 @@ def _tap_runs(n_out: int, stride: int, pad: int, k: int, size: int) -> list[tupl
 
 #: VEC's loop counts (12 bits) and outer strides (12 bits, signed): `Codegen.compute` splits a VEC beyond them.
 VEC_MAX_COUNT, VEC_MAX_STRIDE = (1 << 12) - 1, (1 << 11) - 1
+
+
+def _is_vec(d: tuple) -> bool:
+    """Whether a `_drip` entry is a fused max pool's VEC (layer, region, "VEC", fields), not a FILL."""
+    return d[2] == "VEC"
+
+
+def _vec_legal(fields: dict) -> list[dict]:
+    """A VEC as VECs whose fields fit: an unused outer stride (one row thousands of lines apart) zeroed, rows wider
+    than the fields one row and piece at a time (`_vec_pieces`)."""
+    if fields["n_outer"] == 1:
+        fields = dict(fields, **{k: 0 for k in ("in_so", "out_so") if abs(fields[k]) > VEC_MAX_STRIDE})
+    if _vec_fits(fields):
+        return [fields]
+    return [q for piece in _vec_pieces(fields) for q in _vec_legal(piece)]
 
 
 def _vec_fits(f: dict) -> bool:

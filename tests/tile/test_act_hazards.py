@@ -215,3 +215,23 @@ def test_max_pool_channel_blocks_reuse_its_temporaries_without_hazards(target, k
     assert sum(1 for i in prog if i.op == Op.VEC) >= 4 * 2   # (four channel blocks, two passes at least)
     bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
     assert bad == [], bad[:5]
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+@pytest.mark.parametrize("k,s,pads", [(2, 2, (0, 0, 0, 0)), (3, 2, (1, 1, 1, 1))])
+def test_a_max_pool_fused_with_its_convolution_has_no_hazards(target, k, s, pads):
+    """A max pool run during its conv (`Codegen._fusable_pools`): its VECs read rows the conv's PPUs wrote and
+    write its output and temporaries while the conv's GEMMs stream (those live from the conv's step on), and the
+    next conv reads the output: no ACT hazard on the timeline, pinned fused and not, both exact."""
+    t = load_target(target)
+    n = t["array"]["rows"]
+    b = QBuilder(seed=k + s)
+    x = b.input("x", (1, n, 14, 13), zp=-3)
+    g = b.output(b.conv(b.maxpool(b.conv(x, 3 * n, relu=True), k, s, pads=pads), 8, k=1, pads=[0] * 4))
+    pin = build_tile(g, t, hdl=False).report["schedule"][0]
+    for fuse in (True, False):
+        art = check_exact(g, t, pin=[dict(pin, fuse_pools=fuse)])
+        assert art.report["schedule"][0]["fuse_pools"] == fuse
+        prog, res = _timeline(art, t)
+        bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
+        assert bad == [], (fuse, bad[:5])
