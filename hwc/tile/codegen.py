@@ -1256,6 +1256,12 @@ class Codegen:
         post_tile += t.IDLE_LAG * (2 if self.layer in self.fused_adds else 1)
         if dst.fill is not None and (dst.pads[1] or dst.pads[3]):
             post_tile += r * (t.FILL_OVERHEAD + dst.pads[1] + dst.pads[3] + t.IDLE_LAG)
+        pool = self.fused_pools.get(self.layer)
+        if pool is not None:   # its VECs for the tile's rows (`_queue_pool`): kw - 1 over the rows, kh - 1 down
+            (kh, kw), pw = pool.kernel, self.tensor(pool.dst).w
+            rows_out = -(-r // pool.strides[0])
+            vecs = [(r if kh > 1 else rows_out) * pw] * (kw - 1) + [rows_out * pw] * (kh - 1)
+            post_tile += sum(t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines + t.IDLE_LAG for lines in vecs)
         # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
         # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile. One GEMM a tile
         # lags too when it is long (`_lags`), but the model charges the drain but for "pitch+" (one GEMM by design):
