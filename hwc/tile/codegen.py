@@ -1613,7 +1613,13 @@ class Codegen:
         self.fused_dws = self._fusable_dws() if self.dw_post else {}
         self.fused_pools = self._fusable_pools() if self.post_unit and self.fuse_pools else {}
         self._pool_temps, self._pool_rows, self._pool_done = temps, {}, {}
-        act = self.plan_act()
+        try:
+            act = self.plan_act()
+        except ActOverflow:
+            if not self.fused_pools:
+                raise
+            self.fused_pools = {}   # (fused, the pools' lines are live longer: not where ACT is that tight)
+            act = self.plan_act()
         # LOAD ids: -1 and -2 the params (two parts), (input, chunk) a model input's rows in chunks (so that
         # the first layer starts on the first rows while the next ones load), 1000 + k weight group k.
         loads = {}

@@ -291,6 +291,26 @@ def test_a_fused_max_pool_runs_beside_the_gemms(target):
     assert art.report["cycles"] < apart.report["cycles"]
 
 
+def test_a_max_pool_is_not_fused_where_act_is_too_tight_for_it():
+    """Fused, a max pool's output and temporaries are live during the conv too. Where ACT holds the unfused plan
+    exactly and not the fused one, the build runs the pool after the conv, in one segment, instead of cutting the
+    model (probe 8, seed 3506: three segments and 5,472 cycles instead of one and 3,927)."""
+    from hwc.targets.tile_schema import validate_tile
+
+    t = TARGETS["tile8x8"]
+    b = QBuilder(seed=4)
+    x = b.input("x", (1, 8, 14, 14), zp=-6)
+    g = b.output(b.conv(b.maxpool(b.conv(x, 16, relu=True), 2, 2), 8, k=1, pads=[0] * 4))
+    pin = build_tile(g, t, hdl=False).report["schedule"][0]
+    lines = {f: build_tile(g, t, hdl=False, pin=[dict(pin, fuse_pools=f)]).report["memory"]["act_lines_used"]
+             for f in (True, False)}
+    assert lines[False] <= 1024 < lines[True]   # (ACT sizes are powers of two)
+    doc = {k: v for k, v in t.items() if k != "derived"}
+    doc["scratchpad"] = dict(doc["scratchpad"], act_lines=1024)
+    art = check_exact(g, validate_tile(doc, "tight"), pin=[dict(pin, fuse_pools=True)])
+    assert art.report["segments"] == 1 and not art.report["schedule"][0]["fuse_pools"]
+
+
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_one_row_max_pool_is_one_pass(target):
     """A 1 x 4 max pool over a one-row tensor of one channel block: three VECs (max of taps 0 and 1, then 2, then 3,
