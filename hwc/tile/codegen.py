@@ -624,15 +624,9 @@ class Codegen:
         p0 = self._pool_done.get((self.layer, ob), 0)
         if p1 > p0:
             self._pool_done[self.layer, ob] = p1
-            # (pending into the layer after the pool when that is a conv, whose GEMMs take the VECs they read
-            # first, `_fills_before`, as they take the halo FILLs: the pool's last rows then run beside its first
-            # GEMMs; other readers of the pool need them done when their layer starts, `flush_fills`)
-            nxt = self.layer + 2
-            tag = self.layer + 1 if nxt < len(self.plan.layers) and isinstance(self.plan.layers[nxt], ConvLayer) \
-                else self.layer
             self.emit_maxpool(pool, {}, self._pool_temps, cbs=[ob], out_rows=(p0, p1),
                               sink=lambda fields, region: self._drip.extend(
-                                  (tag, region, "VEC", f) for f in _vec_legal(fields)))
+                                  (self.layer, region, "VEC", f) for f in _vec_legal(fields)))
 
     def _order_for_fusion(self) -> None:
         """v2: a residual add is fused with the convolution right before it, whose GEMMs hide the add's VEC
