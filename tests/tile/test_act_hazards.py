@@ -235,3 +235,21 @@ def test_a_max_pool_fused_with_its_convolution_has_no_hazards(target, k, s, pads
         prog, res = _timeline(art, t)
         bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
         assert bad == [], (fuse, bad[:5])
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+def test_a_fused_max_pool_beside_a_conv_reading_its_input(target):
+    """The shape of probe 8 seed 3157: a conv's output goes to a max pool (a model output) and to another conv.
+    Fused or not, exact and without ACT hazards."""
+    t = load_target(target)
+    n = t["array"]["rows"]
+    b = QBuilder(seed=9)
+    x = b.input("x", (1, 6, 11, 11), zp=-3)
+    y = b.conv(x, 2 * n, relu=True)
+    g = b.output(b.maxpool(y, 2, 2), b.conv(y, 3 * n + 1, k=1, pads=[0] * 4))
+    pin = build_tile(g, t, hdl=False).report["schedule"][0]
+    for fuse in (True, False):
+        art = check_exact(g, t, pin=[dict(pin, fuse_pools=fuse)])
+        prog, res = _timeline(art, t)
+        bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
+        assert bad == [], (fuse, bad[:5])
