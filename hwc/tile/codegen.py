@@ -665,11 +665,11 @@ class Codegen:
             first[dw.dst] = min(first[dw.dst], i)
         for i, pool in self.fused_pools.items():   # a fused max pool writes its output during the conv
             first[pool.dst] = min(first[pool.dst], i)
-        fused = {pool.name: i for i, pool in self.fused_pools.items()}
+        fused = {i + 1: i for i in self.fused_pools}   # (a fused pool's step -> its conv's: its temporaries too)
         mids = {self.plan.layers[i].dst for i in self.fused_dws}   # (PPU.dw: never written)
         first = {k: v for k, v in first.items() if k not in mids}
         ivs = [Interval(n, self.tensor(n).lines, first[n], last[n]) for n in first]
-        ivs += [Interval(t.name, t.lines, fused.get(t.name.rsplit(".", 1)[0], step), step) for t, step in self.temps]
+        ivs += [Interval(t.name, t.lines, fused.get(step, step), step) for t, step in self.temps]
         offsets, how = plan_best(ivs, 1)
         check_plan(offsets, ivs)
         need = peak(offsets, ivs)

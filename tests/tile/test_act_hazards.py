@@ -250,6 +250,7 @@ def test_a_fused_max_pool_beside_a_conv_reading_its_input(target):
     pin = build_tile(g, t, hdl=False).report["schedule"][0]
     for fuse in (True, False):
         art = check_exact(g, t, pin=[dict(pin, fuse_pools=fuse)])
+        assert art.report["schedule"][0]["fuse_pools"] == fuse
         prog, res = _timeline(art, t)
         bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
         assert bad == [], (fuse, bad[:5])
