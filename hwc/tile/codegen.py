@@ -64,6 +64,9 @@ HALO_ROWS_PER_FILL = 16
 #: The first weight group grows over its layer while its weights load in at most 1/FIRST_GROUP_SHARE of its
 #: estimated compute (`Codegen.weighted`).
 FIRST_GROUP_SHARE = 4
+#: v2: a convolution over one row is computed as FOLD_MIN_ROWS .. FOLD_MAX_ROWS rows of at least FOLD_MIN_WIDTH
+#: pixels (`Codegen._fold_width`), so that its pixel tiles split the row.
+FOLD_MIN_ROWS, FOLD_MAX_ROWS, FOLD_MIN_WIDTH = 2, 32, 8
 #: The write region of a POST instruction whose region is unknown: it may write any ACT line.
 _EVERYWHERE = ("*", None, -1 << 30, 1 << 30)
 
@@ -182,6 +185,7 @@ class Codegen:
         # With two slots the first GEMM of every tile waits for POST instead (the lag PPU two tiles back reads its
         # slot): ResNet-8 201,293 -> 200,348 cycles on tile8x8, 17,398 -> 17,126 on tile32x32; DS-CNN tile32x32
         # 5,346 -> 5,234; MobileNet tile32x32 26,319 -> 26,065 (tile8x8 134,701 -> 134,826: its smaller tiles).
+        self.folds: dict[str, int] = {}   # v2: conv layer name -> its fold (`_fold_width`)
         widest = max((plan.tensors[layer.dst].w for layer in plan.layers if isinstance(layer, ConvLayer)), default=0)
         self.acc_slots = 3 if widest <= self.acc_lines // 3 else 2
         self.bank_blocks, self.param_entries = sp["wgt_bank_blocks"], sp["param_entries"]
@@ -571,6 +575,25 @@ class Codegen:
             t.share_pad_column()
 
     # ---- 2. ACT memory plan ---------------------------------------------------------------
+    def _fold_width(self, i: int, layer) -> int | None:
+        """v2: a convolution over one row (a 1-d signal) has one pixel tile per output block: its PPU, and its
+        fused max pool's VECs, then have no later GEMMs of the layer to run beside. Folded, the row is computed
+        as rows of `w` pixels (a divisor of its width): row j of the fold is pixels j w .. j w + w - 1, whose
+        inputs follow each other in the row's lines (`_gemm_fields`, `_ppu_fields`), so pixel tiles of a few
+        fold rows split the row. None: not folded (other layouts; fewer than FOLD_MIN_ROWS rows of at least
+        FOLD_MIN_WIDTH pixels)."""
+        if not (self.post_unit and isinstance(layer, ConvLayer)) or i in self.fused_dws or i in self.fused_adds:
+            return None
+        src, dst = self.tensor(layer.src), self.tensor(layer.dst)
+        if not (src.h == dst.h == 1 and layer.weight.shape[2] == 1 and src.s2d == dst.s2d == 1 and dst.shift == 0
+                and src.shift == 0 and layer.group == 1 and layer.pads[0] == layer.pads[2] == 0
+                and layer.weight.shape[:2] != (1, 1)):   # (one channel: the depthwise mode's)
+            return None
+        wo = dst.w
+        rows = max((k for k in range(FOLD_MIN_ROWS, FOLD_MAX_ROWS + 1) if wo % k == 0 and wo // k >= FOLD_MIN_WIDTH),
+                   default=None)
+        return None if rows is None else wo // rows
+
     def _fusable_adds(self) -> dict[int, AddLayer]:
         """v2: conv layer index -> the residual add right after it that reads its output: the add runs
         tile by tile after each PPU (on POST, overlapping the conv's next GEMMs) instead of after the layer."""
@@ -608,7 +631,9 @@ class Codegen:
     def _queue_pool(self, ob: int, y0: int, y1: int) -> None:
         """After the PPUs writing rows [y0, y1) of output block `ob` of the conv whose max pool is fused
         (`fused_pools`): the pool's VECs for the output rows now computable (every input row of their windows
-        written), pending in `_drip` behind the PPUs (and the halo FILLs) they read."""
+        written), pending in `_drip` behind the PPUs (and the halo FILLs) they read. A folded conv
+        (`_fold_width`) writes its one row in pieces: [y0, y1) are columns then, and a 1 x k pool's VECs go by
+        output columns."""
         pool = self.fused_pools[self.layer]
         src = self.tensor(pool.src)
         spans = self._pool_rows.setdefault((self.layer, ob), [])
@@ -618,15 +643,23 @@ class Codegen:
             if a > done:
                 break
             done = max(done, b)
-        kh, sh, pt = pool.kernel[0], pool.strides[0], pool.pads[0]
-        ho = self.tensor(pool.dst).h
-        p1 = ho if done >= src.h else max(0, min(ho, (done - 1 + pt - (kh - 1)) // sh + 1))
+        dst = self.tensor(pool.dst)
+        cols = self.plan.layers[self.layer].name in self.folds
+        if cols and pool.kernel[0] > 1:   # (over the pads' rows too: the whole row at once)
+            done, cols = (src.h if done >= src.w else 0), False
+        k, s, p, size, whole = (pool.kernel[1], pool.strides[1], pool.pads[1], dst.w, src.w) if cols else \
+            (pool.kernel[0], pool.strides[0], pool.pads[0], dst.h, src.h)
+        p1 = size if done >= whole else max(0, min(size, (done - 1 + p - (k - 1)) // s + 1))
         p0 = self._pool_done.get((self.layer, ob), 0)
         if p1 > p0:
             self._pool_done[self.layer, ob] = p1
-            self.emit_maxpool(pool, {}, self._pool_temps, cbs=[ob], out_rows=(p0, p1),
-                              sink=lambda fields, region: self._drip.extend(
-                                  (self.layer, region, "VEC", f) for f in _vec_legal(fields)))
+            sink = lambda fields, region: self._drip.extend(   # noqa: E731
+                (self.layer, region, "VEC", f) for f in _vec_legal(fields))
+            if cols:
+                self.emit_maxpool(pool, {}, self._pool_temps, cbs=[ob], out_rows=(0, 1), out_cols=(p0, p1),
+                                  sink=sink)
+            else:
+                self.emit_maxpool(pool, {}, self._pool_temps, cbs=[ob], out_rows=(p0, p1), sink=sink)
 
     def _order_for_fusion(self) -> None:
         """v2: a residual add is fused with the convolution right before it, whose GEMMs hide the add's VEC
@@ -727,10 +760,13 @@ class Codegen:
         dh, dw = layer.dilations
         pt, pl, _, _ = layer.pads
         ho, wo = dst.h, dst.w
+        fold = self.folds.get(layer.name)   # one row as rows of `fold` pixels (`_fold_width`)
         acc_cap = self._acc_cap()
         if wo > acc_cap:   # (`bands.fit_act` then computes the layer in column bands)
             raise RowTooWide(f"layer {layer.name!r}: an output row of {wo} pixels does not fit {acc_cap} accumulator "
                              f"lines", [layer.name], layer.name, wo, acc_cap)
+        if fold:
+            ho, wo = wo // fold, fold
         rows_per_tile = max(1, min(ho, acc_cap // wo))
         cbo, cbi = -(-m // n), -(-c // n)
         wpad = np.zeros((cbo * n, cbi * n, kh, kw), np.int8)
@@ -754,6 +790,9 @@ class Codegen:
         phases, ppu_dwf, _ = self.dw_layouts[self.layer] if fdw is not None else (1, 0, 0)
         needs_in = loads.get(layer.src, ())
         tiles = _tile_list(ho, rows_per_tile)
+
+        def real(w0: int, w1: int) -> tuple[int, int]:   # (the output rows fold rows w0 .. w1 - 1 are in)
+            return (0, 1) if fold else (w0, w1)
         bands = None
         if fdw is not None:   # row bands of the image, each tile with the rows around it (`_dw_bands`)
             bands = self._dw_bands(layer, fdw, self._conv_taps(layer, wpad, 0, mode, dw_mode), cbo // phases, mode)
@@ -824,7 +863,7 @@ class Codegen:
                 continue   # (the next phase's GEMMs fill the same accumulators: one PPU.dw after the last)
             ob = cob // phases   # the output block
 
-            # the rows it writes: the tile's; PPU.dw: its band's (`_dw_bands`)
+            # the rows it writes: the tile's; PPU.dw: its band's (`_dw_bands`); folded: fold rows w0 .. w1 - 1
             w0, w1 = (oy0, oy0 + rows) if fdw is None else bands[ti][3]
 
             def post(g, lag=0, acc=acc, oy0=oy0, rows=rows, ob=ob, pieces=pieces, ti=ti, w0=w0, w1=w1):
@@ -838,8 +877,8 @@ class Codegen:
                                   n_inner=wo * phases, acc_so=wo * phases)
                 for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
                     f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
-                    self.compute(g, Op.PPU, region=(out.name, ob, w0, w1), out=out.line(ob, w0, x0), param=e,
-                                 lag=lag, **f)
+                    line = out.line(ob, 0, w0 * fold + x0) if fold else out.line(ob, w0, x0)
+                    self.compute(g, Op.PPU, region=(out.name, ob, *real(w0, w1)), out=line, param=e, lag=lag, **f)
                 if self.layer in self.fused_adds:
                     def add(g, oy0=oy0, rows=rows, ob=ob):
                         self.emit_add(self.fused_adds[self.layer], loads, cbs=[ob], rows=(oy0, rows))
@@ -852,7 +891,7 @@ class Codegen:
                     else:
                         add(g)
                 if self.layer in self.fused_pools:
-                    self._queue_pool(ob, w0, w1)
+                    self._queue_pool(ob, w0 * fold, w1 * fold) if fold else self._queue_pool(ob, w0, w1)
 
             if self._lags(layer, mode, taps, rows) and not last:
                 # v2, PPU.lag: the PPU issues behind the next tile's first k GEMMs and waits only for the
@@ -870,7 +909,7 @@ class Codegen:
                     post(g, lag)
                     self.layer, self._halo_pending = now, pending
                 self._later_post = across
-                self._later_region = (dst.name if fdw is None else fdw.dst, ob, w0, w1)
+                self._later_region = (dst.name if fdw is None else fdw.dst, ob, *real(w0, w1))
             else:
                 if last and self.post_unit:
                     # channel block 0's output halo runs while the array drains (when this last PPU writes
@@ -887,7 +926,7 @@ class Codegen:
         written = self.fused_adds[self.layer].dst if self.layer in self.fused_adds else \
             dst.name if fdw is None else fdw.dst
         w0, w1 = (oy0, oy0 + rows) if fdw is None else bands[-1][3]
-        self._tail = ((written, (cbo - 1) // phases, w0, w1), self._tile_cost(layer, rows)[1])
+        self._tail = ((written, (cbo - 1) // phases, *real(w0, w1)), self._tile_cost(layer, rows)[1])
 
     def _dw_bands(self, layer: ConvLayer, fdw: ConvLayer, taps: list[tuple], blocks: int, mode: str) -> list[tuple]:
         """PPU.dw (`fdw` after `layer`): the depthwise layer's input rows in bands, each band's pixel tile with the
@@ -1124,6 +1163,10 @@ class Codegen:
             return dict(region=(src.name, cib, y0, y0 + (rows - 1) * sh + (layer.weight.shape[2] - 1) * dh + 1),
                         act=src.line(cib, y0, -pl), n_outer=1, n_inner=self._image_lines(layer, rows), act_so=0,
                         act_si=1, acc_so=0, acc_si=1)
+        fold = self.folds.get(layer.name)
+        if fold:   # fold rows oy0 .. oy0 + rows - 1 of one row (`_fold_width`): each one's inputs sw * fold lines on
+            return dict(region=(src.name, cib, 0, 1), act=src.line(cib, 0, off + oy0 * fold * sw), n_outer=rows,
+                        n_inner=fold + skip, act_so=fold * sw, act_si=si, acc_so=fold, acc_si=1)
         y0 = oy0 * sh + kk * dh - pt
         return dict(region=(src.name, cib, y0, y0 + (rows - 1) * sh + 1), act=src.line(cib, y0, off),
                     n_outer=rows, n_inner=wo + skip, act_so=sh * src.wp, act_si=si, acc_so=wo, acc_si=1)
@@ -1148,6 +1191,9 @@ class Codegen:
             wp, e = self.tensor(layer.src).wp, (self._pitch_shift(layer, mode) if mode != "image" else 0)
             return dict(acc=acc + (kh - 1) * dh * wp + (kw - 1) * dw - e, n_outer=rows, n_inner=wo, acc_so=sh * wp,
                         acc_si=sw, out_so=dst.wp, out_si=1)
+        fold = self.folds.get(layer.name)
+        if fold:   # (`_fold_width`: the fold rows follow each other in the output row)
+            return dict(acc=acc, n_outer=rows, n_inner=fold, acc_so=fold, acc_si=1, out_so=fold, out_si=1)
         return dict(acc=acc, n_outer=rows, n_inner=wo, acc_so=wo, acc_si=1, out_so=dst.wp, out_si=1)
 
     def _image_lines(self, layer: ConvLayer, rows: int) -> int:
@@ -1224,7 +1270,8 @@ class Codegen:
     def _tile_cost(self, layer: ConvLayer, r: int, dw: tuple | None = None) -> tuple[int, int]:
         """The cost model of one pixel tile of `r` output rows and one output block: (cycles it occupies, its
         post-processing). `dw` as for `_tile_rows`."""
-        n, wo = self.n, self.tensor(layer.dst).w
+        n, fold = self.n, self.folds.get(layer.name)
+        wo = fold or self.tensor(layer.dst).w
         _, c, kh, kw = layer.weight.shape
         taps = kh * max(1, kw if layer.group == 1 else 1) * (1 if layer.group > 1 else -(-c // n))
         p = r * wo
@@ -1261,6 +1308,8 @@ class Codegen:
             (kh, kw), pw = pool.kernel, self.tensor(pool.dst).w
             rows_out = -(-r // pool.strides[0])
             vecs = [(r if kh > 1 else rows_out) * pw] * (kw - 1) + [rows_out * pw] * (kh - 1)
+            if fold:   # (a 1 x k pool over the tile's pixels)
+                vecs = [-(-p // pool.strides[1])] * (kw - 1) + [pw] * (kh - 1)
             post_tile += sum(t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines + t.IDLE_LAG for lines in vecs)
         # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile
         # a PPU that cannot go behind the next tile's first GEMM (PPU.lag) drains the array per tile. One GEMM a tile
@@ -1519,11 +1568,11 @@ class Codegen:
                              n_inner=a.w, in_so=a.wp, in_si=1, out_so=o.wp, out_si=1, param=entry)
 
     def emit_maxpool(self, layer: MaxPoolLayer, loads: dict, temps: dict, cbs=None, out_rows=None,
-                     sink=None) -> None:
+                     sink=None, out_cols=None) -> None:
         """Max pool on VEC: a horizontal pass (max over the kernel's columns, into scratch `u`) and a vertical one
         (max over its rows, the last step into the output). `cbs`, `out_rows` = (first, end): those channel blocks
-        and output rows only, and `sink(fields, region)` takes each VEC instead of `compute` (a fused pool,
-        `_queue_pool`: its VECs carry the region they write)."""
+        and output rows only (`out_cols`: those output columns of a 1 x k pool), and `sink(fields, region)` takes
+        each VEC instead of `compute` (a fused pool, `_queue_pool`: its VECs carry the region they write)."""
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
         kh, kw = layer.kernel
         sh, sw = layer.strides
@@ -1538,7 +1587,8 @@ class Codegen:
             y0, y1 = min(o * sh - pt + a for o, _, a, _ in rows), max((o - 1) * sh - pt + b for _, o, _, b in rows)
         else:               # the halo holds -128 or a value below every pixel: whole windows
             p0, p1 = out_rows or (0, ho)
-            rows, cols = [(p0, p1, 0, kh - 1)], [(0, wo, 0, kw - 1)]
+            rows, cols = [(p0, p1, 0, kh - 1)], [(*(out_cols or (0, wo)), 0, kw - 1)]
+            assert out_cols is None or kh == 1
             y0, y1 = p0 * sh - pt, (p1 - 1) * sh - pt + kh - 1
 
         def vmax(a, b, out, n_outer, n_inner, in_so, in_si, out_so, out_si, region):
@@ -1613,6 +1663,8 @@ class Codegen:
         self.fused_dws = self._fusable_dws() if self.dw_post else {}
         self.fused_pools = self._fusable_pools() if self.post_unit and self.fuse_pools else {}
         self._pool_temps, self._pool_rows, self._pool_done = temps, {}, {}
+        self.folds = {layer.name: w for i, layer in enumerate(plan.layers)
+                      if (w := self._fold_width(i, layer)) is not None}
         try:
             act = self.plan_act()
         except ActOverflow:
@@ -1670,6 +1722,8 @@ class Codegen:
             rec = {"name": layer.name, "op": layer.op, "macs": layer.macs, "groups": [start_group, len(self.groups)]}
             if i in self.fused_dws:   # (its PPU.dw computes the depthwise layer after it: its MACs too)
                 rec.update(macs=layer.macs + self.fused_dws[i].macs, dw_post=self.fused_dws[i].name)
+            if layer.name in self.folds:   # (its one row computed as rows of this many pixels: `_fold_width`)
+                rec["fold"] = self.folds[layer.name]
             layer_records.append(rec)
         self.flush_fills()
         self.layer = -1

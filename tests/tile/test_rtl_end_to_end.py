@@ -505,3 +505,24 @@ def test_one_row_max_pool_through_the_rtl():
     art = build_tile(g, t, hdl=True)
     rng = np.random.default_rng(0)
     _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 3, 1, 40)).astype(np.int8)})
+
+
+def test_a_folded_one_row_conv_through_the_rtl():
+    """A 1-d signal of 256 pixels: a 1 x 3 conv computed as 32 rows of 8 pixels (`Codegen._fold_width`), in
+    several pixel tiles whose PPUs run beside the next tiles' GEMMs, with its 1 x 4 max pool's VECs in between:
+    RTL == model == int8 reference, equal cycles."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc.tile.build import build_tile
+
+    t = load_target("tile8x8")
+    b = QBuilder(seed=34)
+    x = b.input("x", (1, 8, 1, 256), zp=-5)
+    y = b.conv(x, 8, k=(1, 3), pads=[0, 1, 0, 1], relu=True)
+    g = b.output(b.maxpool(y, (1, 4), (1, 4)))
+    art = build_tile(g, t, hdl=True)
+    conv, pool = art.report["layers"]
+    assert conv["fold"] == 8 and pool["fused_into"] == conv["name"]
+    rng = np.random.default_rng(1)
+    _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 8, 1, 256)).astype(np.int8)})
