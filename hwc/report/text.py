@@ -61,6 +61,9 @@ def summary(rep: dict) -> Table:
                   f"bus-bound weight groups grown {'yes' if ch.get('bus_groups') else 'no'}, "
                   f"weights prefetched {'yes' if ch.get('prefetch') else 'no'}, "
                   f"max pools during their conv {'yes' if ch.get('fuse_pools') else 'no'}")
+    folded = [f"{layer['name']} ({layer['fold']} pixels)" for layer in rep.get("layers") or [] if layer.get("fold")]
+    if folded:   # (docs/tile-v2.md, "One-row convolutions folded")
+        t.add_row("one-row convs in rows of", ", ".join(folded))
     from hwc.tile.bands import describe
 
     if describe(rep.get("act_fit")):

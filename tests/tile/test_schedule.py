@@ -370,6 +370,15 @@ def test_a_folded_one_row_conv_overlaps_its_post_processing(target, monkeypatch)
     last_gemm = max(k for k, op in enumerate(ops) if op == isa.Op.GEMM)
     assert ops.count(isa.Op.PPU) > 1 and ops.index(isa.Op.PPU) < last_gemm
     assert any(op == isa.Op.VEC for op in ops[:last_gemm])   # (the pool fused: VECs between the GEMMs)
+    import io
+
+    from rich.console import Console
+
+    from hwc.report.text import summary
+
+    console = Console(record=True, width=300, file=io.StringIO())   # (`hwc report` names it)
+    console.print(summary(art.report))
+    assert f"{conv['name']} (16 pixels)" in console.export_text()
     monkeypatch.setattr(Codegen, "_fold_width", lambda self, i, layer: None)
     whole = check_exact(g, t)
     assert "fold" not in next(L for L in whole.report["layers"] if L["op"] == "QConv")
