@@ -171,6 +171,7 @@ class Codegen:
         self.lag_ppu = self.post_unit and lag_ppu
         self.fuse_pools = fuse_pools  # v2: a max pool after a conv runs during it (`_fusable_pools`)
         self.fused_pools: dict[int, MaxPoolLayer] = {}
+        self.pool_spill: set[int] = set()
         self.plan = plan
         self.dram_base = dram_base  # byte address of this program's data in external memory (beat aligned)
         self.double_buffer = double_buffer
@@ -502,10 +503,10 @@ class Codegen:
         if not _is_vec(d):
             self._emit_fill(g, *d[1:])
             return
-        _, region, _, fields = d
+        _, region, _, fields, pool = d   # (the pool's instruction wherever it goes: the report's layer)
         self._post_writes, self._post_before, self._last_dw = region, None, None
         self._estimate(Op.VEC, fields)
-        g.compute.append(Emitted((Op.VEC, fields), frozenset(), self.layer, Wait.NONE, region))
+        g.compute.append(Emitted((Op.VEC, fields), frozenset(), pool, Wait.NONE, region))
 
     def _emit_fill(self, g: Group, region, addr: int, count: int, value: int, rows: int = 1, stride: int = 0) -> None:
         self._post_writes, self._post_before, self._last_dw = region, None, None
@@ -653,8 +654,12 @@ class Codegen:
         p0 = self._pool_done.get((self.layer, ob), 0)
         if p1 > p0:
             self._pool_done[self.layer, ob] = p1
+            # (pending into the layer after the pool when that is a conv (`pool_spill`), whose GEMMs take the VECs
+            # they read first, `_fills_before`, as they take halo FILLs: the pool's last rows then run beside its
+            # first GEMMs. Other readers of the pool need them done when their layer starts, `flush_fills`)
+            tag = self.layer + 1 if self.layer in self.pool_spill else self.layer
             sink = lambda fields, region: self._drip.extend(   # noqa: E731
-                (self.layer, region, "VEC", f) for f in _vec_legal(fields))
+                (tag, region, "VEC", f, self.layer + 1) for f in _vec_legal(fields))
             if cols:
                 self.emit_maxpool(pool, {}, self._pool_temps, cbs=[ob], out_rows=(0, 1), out_cols=(p0, p1),
                                   sink=sink)
@@ -698,11 +703,15 @@ class Codegen:
             first[dw.dst] = min(first[dw.dst], i)
         for i, pool in self.fused_pools.items():   # a fused max pool writes its output during the conv
             first[pool.dst] = min(first[pool.dst], i)
+            if i in self.pool_spill:   # (and maybe during the conv after it: `_queue_pool`)
+                for name in (pool.src, pool.dst):
+                    last[name] = max(last[name], i + 2)
         fused = {i + 1: i for i in self.fused_pools}   # (a fused pool's step -> its conv's: its temporaries too)
+        ends = {i + 1: i + 2 for i in self.pool_spill}
         mids = {self.plan.layers[i].dst for i in self.fused_dws}   # (PPU.dw: never written)
         first = {k: v for k, v in first.items() if k not in mids}
         ivs = [Interval(n, self.tensor(n).lines, first[n], last[n]) for n in first]
-        ivs += [Interval(t.name, t.lines, fused.get(step, step), step) for t, step in self.temps]
+        ivs += [Interval(t.name, t.lines, fused.get(step, step), ends.get(step, step)) for t, step in self.temps]
         offsets, how = plan_best(ivs, 1)
         check_plan(offsets, ivs)
         need = peak(offsets, ivs)
@@ -1662,6 +1671,10 @@ class Codegen:
         self.fused_adds = self._fusable_adds() if self.post_unit else {}
         self.fused_dws = self._fusable_dws() if self.dw_post else {}
         self.fused_pools = self._fusable_pools() if self.post_unit and self.fuse_pools else {}
+        # fused pools whose VECs left after the conv may run during the next layer, a conv (`_queue_pool`); what
+        # they read and write then lives through that layer (`plan_act`)
+        self.pool_spill = {i for i in self.fused_pools
+                           if i + 2 < len(plan.layers) and isinstance(plan.layers[i + 2], ConvLayer)}
         self._pool_temps, self._pool_rows, self._pool_done = temps, {}, {}
         self.folds = {layer.name: w for i, layer in enumerate(plan.layers)
                       if (w := self._fold_width(i, layer)) is not None}
@@ -1670,8 +1683,8 @@ class Codegen:
         except ActOverflow:
             if not self.fused_pools:
                 raise
-            self.fused_pools = {}   # (fused, the pools' lines are live longer: not where ACT is that tight)
-            act = self.plan_act()
+            self.fused_pools, self.pool_spill = {}, set()   # (fused, the pools' lines are live longer: not where
+            act = self.plan_act()                            # ACT is that tight)
         # LOAD ids: -1 and -2 the params (two parts), (input, chunk) a model input's rows in chunks (so that
         # the first layer starts on the first rows while the next ones load), 1000 + k weight group k.
         loads = {}
@@ -1835,7 +1848,8 @@ VEC_MAX_COUNT, VEC_MAX_STRIDE = (1 << 12) - 1, (1 << 11) - 1
 
 
 def _is_vec(d: tuple) -> bool:
-    """Whether a `_drip` entry is a fused max pool's VEC (layer, region, "VEC", fields), not a FILL."""
+    """Whether a `_drip` entry is a fused max pool's VEC (layer, region, "VEC", fields, the pool's layer), not a
+    FILL."""
     return d[2] == "VEC"
 
 

@@ -254,3 +254,27 @@ def test_a_fused_max_pool_beside_a_conv_reading_its_input(target):
         prog, res = _timeline(art, t)
         bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
         assert bad == [], (fuse, bad[:5])
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+def test_a_fused_max_pools_vecs_left_for_the_next_conv(target):
+    """A fused max pool's VECs still pending after its conv run during the next layer when that is a conv
+    (`Codegen.pool_spill`). Here that conv reads the model input, neither the pool's input nor its output: its
+    output may not take their lines (or the pool's temporaries) while those VECs still read and write them, so
+    they live through it (`plan_act`). Exact and without hazards; without the longer lifetimes the model's
+    outputs differ (the conv's output overwrote the pool's input)."""
+    t = load_target(target)
+    n = t["array"]["rows"]
+    b = QBuilder(seed=0)
+    x = b.input("x", (1, 6, 12, 12), zp=-3)
+    p = b.maxpool(b.conv(x, n, relu=True), 2, 2)
+    z = b.conv(x, n + 3, k=1, pads=[0] * 4)
+    g = b.output(p, b.conv(z, 5, k=1, pads=[0] * 4))
+    pin = build_tile(g, t, hdl=False).report["schedule"][0]
+    art = check_exact(g, t, pin=[dict(pin, fuse_pools=True)])
+    assert art.report["schedule"][0]["fuse_pools"]
+    _, pool, nxt, _ = art.report["layers"]
+    assert pool["fused_into"] and pool["end"] > nxt["start"]   # (its last VECs went into the next conv)
+    prog, res = _timeline(art, t)
+    bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
+    assert bad == [], bad[:5]
