@@ -17,7 +17,7 @@ KIND_RANK = ("compute", "post", "load", "store")
 STYLE = {"compute": "dark_orange", "post": "green", "load": "blue", "store": "red"}
 
 #: report["schedule"][k]["im2col"]: the host's expansion of a thin first layer (hwc.tile.build.schedule)
-_IM2COL = {True: "yes", "rows": "by rows (stacked outputs)", False: "no"}
+_IM2COL = {True: "yes", "rows": "by rows (stacked outputs)", "windows": "windows of a 1-d signal", False: "no"}
 
 
 def _shape(s) -> str:

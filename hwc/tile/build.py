@@ -34,6 +34,7 @@ from hwc.tile.layers import (
     im2row_first_layer,
     partition,
     space_to_depth,
+    windows_first_layer,
 )
 from hwc.tile.views import host_sources, host_work, row_views
 
@@ -109,13 +110,16 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
     flats = [x for x in flats if x[0] is False or (x[1] and (x[0] != "pairs" or halves))]
     if fixed is not None:
         flats = [next((x for x in flats if x[0] == fixed.get("flat", False)), flats[0])]
-    # expand: the host im2col of a thin first layer (True), of its rows into stacked outputs ("rows"), or none
-    for expand in ([True, "rows", False] if im2col else [False]):
+    # expand: the host im2col of a thin first layer (True), of its rows into stacked outputs ("rows"), of a 1-d
+    # signal into windows ("windows"), or none
+    for expand in ([True, "rows", "windows", False] if im2col else [False]):
         if fixed is not None and expand != fixed["im2col"]:
             continue
         start = copy_plan(plan)
         if expand is True and not im2col_first_layer(start, n, target["scratchpad"]["act_lines"]):
             continue  # no thin first layer to expand
+        if expand == "windows" and not windows_first_layer(start, n, target["scratchpad"]["act_lines"]):
+            continue  # no strided 1-d first layer wider than a line's window
         if expand == "rows" and not stack:
             continue
         layouts = set()
@@ -156,7 +160,7 @@ def _schedule_segment(plan: TilePlan, target: dict, fixed, im2col: bool, stack: 
     if isinstance(prog.program, bytes):  # (from a worker process)
         prog = dataclasses.replace(prog, program=isa.from_bytes(prog.program))
     kinds = {how.get("kind", True) for how in plan.im2col.values()}
-    return plan, prog, dict(choice, im2col="rows" if "rows" in kinds else bool(kinds))
+    return plan, prog, dict(choice, im2col=next((k for k in ("rows", "windows") if k in kinds), bool(kinds)))
 
 
 def _with_views(flats: list[tuple], plan: TilePlan, stack: bool, fixed) -> list[tuple]:

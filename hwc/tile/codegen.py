@@ -582,7 +582,8 @@ class Codegen:
         as rows of `w` pixels (a divisor of its width): row j of the fold is pixels j w .. j w + w - 1, whose
         inputs follow each other in the row's lines (`_gemm_fields`, `_ppu_fields`), so pixel tiles of a few
         fold rows split the row. None: not folded (other layouts; fewer than FOLD_MIN_ROWS rows of at least
-        FOLD_MIN_WIDTH pixels)."""
+        FOLD_MIN_WIDTH pixels). The most rows up to FOLD_MAX_ROWS, or for a row that needs more to fit an accumulator
+        slot, the fewest that do."""
         if not (self.post_unit and isinstance(layer, ConvLayer)) or i in self.fused_dws or i in self.fused_adds:
             return None
         src, dst = self.tensor(layer.src), self.tensor(layer.dst)
@@ -590,9 +591,10 @@ class Codegen:
                 and src.shift == 0 and layer.group == 1 and layer.pads[0] == layer.pads[2] == 0
                 and layer.weight.shape[:2] != (1, 1)):   # (one channel: the depthwise mode's)
             return None
-        wo = dst.w
-        rows = max((k for k in range(FOLD_MIN_ROWS, FOLD_MAX_ROWS + 1) if wo % k == 0 and wo // k >= FOLD_MIN_WIDTH),
-                   default=None)
+        wo, cap = dst.w, self._acc_cap()   # (a fold row must fit an accumulator slot: more rows for wide ones)
+        ok = [k for k in range(FOLD_MIN_ROWS, min(wo // FOLD_MIN_WIDTH, 4095) + 1)
+              if wo % k == 0 and wo // k <= cap]
+        rows = max((k for k in ok if k <= FOLD_MAX_ROWS), default=None) or min(ok, default=None)
         return None if rows is None else wo // rows
 
     def _fusable_adds(self) -> dict[int, AddLayer]:
@@ -771,7 +773,8 @@ class Codegen:
         ho, wo = dst.h, dst.w
         fold = self.folds.get(layer.name)   # one row as rows of `fold` pixels (`_fold_width`)
         acc_cap = self._acc_cap()
-        if wo > acc_cap:   # (`bands.fit_act` then computes the layer in column bands)
+        # (`bands.fit_act` then computes the layer in column bands; folded, its tiles are fold rows, each fits a slot)
+        if wo > acc_cap and not fold:
             raise RowTooWide(f"layer {layer.name!r}: an output row of {wo} pixels does not fit {acc_cap} accumulator "
                              f"lines", [layer.name], layer.name, wo, acc_cap)
         if fold:

@@ -579,11 +579,57 @@ def im2row_first_layer(plan: TilePlan, orig: TilePlan, n_lanes: int, act_lines: 
     return done
 
 
+def windows_first_layer(plan: TilePlan, n_lanes: int, act_lines: int) -> bool:
+    """A strided convolution over one row of a thin host-provided input (a 1-d signal), whose kernel is wider than
+    the pixels a line holds: the host im2col copies each input pixel kw / sx times (M5's first layer, 1 x 80 of
+    stride 4: 20 times, 3 lines a pixel on tile32x32). Instead the host lays out *windows*: one line per output
+    pixel x' holding the L padded input pixels from sx * x' (L: the most pixels whose C channels fit a line, a
+    multiple of the stride; `host_im2col`, the "rows" layout with step sx), so each pixel is copied L / sx times.
+    The tile runs a convolution of T = ceil(E / L) taps over it (E: the kernel's extent), dilation L / sx, stride 1:
+    tap t reads the window L pixels on, and its weight `[m, c*L + j, 0, t] = w[m, c, 0, kx]` where kx * dx = t L + j.
+    The same lines a pixel as the im2col's when C * kw fills whole lines (tile32x32: 3; tile8x8: 10), a third of
+    its input (M5: 4,016 lines instead of 12,000). A candidate of the search (`hwc.tile.build.schedule`). Returns
+    whether a layer was rewritten."""
+    done = False
+    for layer in plan.layers:
+        if not isinstance(layer, ConvLayer) or layer.src not in plan.inputs or layer.src in plan.outputs:
+            continue
+        t, out = plan.tensors[layer.src], plan.tensors[layer.dst]
+        m, c, kh, kw = layer.weight.shape
+        (_, sx), (_, dx) = layer.strides, layer.dilations
+        users = [x for x in plan.layers if x is not layer and layer.src in _layer_inputs(x)]
+        extent = (kw - 1) * dx + 1
+        window = n_lanes // c // sx * sx
+        if kh != 1 or t.h != 1 or out.h != 1 or layer.group != 1 or t.c != c or users or not window \
+                or window >= extent:
+            continue
+        taps, d = -(-extent // window), window // sx
+        cols = out.w + (taps - 1) * d
+        if cols > act_lines:
+            continue
+        name = f"{layer.src}_windows"
+        weight = np.zeros((m, c * window, 1, taps), np.int8)
+        for kx in range(kw):
+            tap, j = divmod(kx * dx, window)
+            for ci in range(c):
+                weight[:, ci * window + j, 0, tap] = layer.weight[:, ci, 0, kx]
+        plan.im2col[name] = {"kind": "windows", "src": layer.src, "window": window, "step": sx, "start": 0,
+                             "cols": cols, "pads": list(layer.pads), "zp": t.zp,
+                             "lanes_before": round(c / n_lanes, 3), "lanes_after": round(c * window / n_lanes, 3)}
+        plan.tensors[name] = TileTensor(name, c * window, 1, cols, t.zp, n_lanes, graph_shape=(1, c * window, 1, cols))
+        plan.inputs[plan.inputs.index(layer.src)] = name
+        del plan.tensors[layer.src]
+        layer.src, layer.weight = name, weight
+        layer.strides, layer.pads, layer.dilations = (1, 1), (0, 0, 0, 0), (1, d)
+        done = True
+    return done
+
+
 def host_im2col(x: np.ndarray, how: dict) -> np.ndarray:
     """[1, C, H, W] int8 -> [1, C*kh*kw, Ho, Wo]: channel index (c, ky, kx), padding = zero point.
-    `how["kind"] == "rows"` (`im2row_first_layer`): -> [1, C*window, Hp, cols], channel (c, j) of (row r, column X)
-    the padded input's pixel (r, step*X + start + j), the zero point outside."""
-    if how.get("kind") == "rows":
+    `how["kind"] == "rows"` (`im2row_first_layer`; "windows", `windows_first_layer`): -> [1, C*window, Hp, cols],
+    channel (c, j) of (row r, column X) the padded input's pixel (r, step*X + start + j), the zero point outside."""
+    if how.get("kind") in ("rows", "windows"):
         pt, pl, pb, pr = how["pads"]
         xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=how["zp"])
         cols = how["step"] * np.arange(how["cols"])[None, :] + how["start"] + np.arange(how["window"])[:, None]

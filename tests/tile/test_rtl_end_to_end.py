@@ -526,3 +526,23 @@ def test_a_folded_one_row_conv_through_the_rtl():
     assert conv["fold"] == 8 and pool["fused_into"] == conv["name"]
     rng = np.random.default_rng(1)
     _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 8, 1, 256)).astype(np.int8)})
+
+
+def test_windows_of_a_thin_1d_first_layer_through_the_rtl():
+    """M5's first layer shape over 1,000 samples (one channel, 1 x 80, stride 4) on tile8x8: the host lays out
+    windows of 8 samples a line and the tile runs 10 taps of dilation 2 over them (`layers.windows_first_layer`),
+    folded, then a 1 x 4 max pool and a 1 x 3 conv: RTL == model == int8 reference, equal cycles."""
+    from hwc.targets import load_target
+    from qgraphs import QBuilder
+
+    from hwc.tile.build import build_tile
+
+    t = load_target("tile8x8")
+    b = QBuilder(seed=35)
+    x = b.input("x", (1, 1, 1, 1000), zp=3)
+    y = b.maxpool(b.conv(x, 16, k=(1, 80), stride=(1, 4), pads=[0, 39, 0, 40], relu=True), (1, 4), (1, 4))
+    g = b.output(b.conv(y, 8, k=(1, 3), pads=[0, 1, 0, 1]))
+    art = build_tile(g, t, hdl=True)
+    assert art.report["schedule"][0]["im2col"] == "windows" and art.report["layers"][0]["fold"]
+    rng = np.random.default_rng(2)
+    _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 1, 1, 1000)).astype(np.int8)})
