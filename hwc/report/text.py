@@ -60,7 +60,8 @@ def summary(rep: dict) -> Table:
                   f"first weights in pieces {'yes' if ch.get('split') else 'no'}, "
                   f"bus-bound weight groups grown {'yes' if ch.get('bus_groups') else 'no'}, "
                   f"weights prefetched {'yes' if ch.get('prefetch') else 'no'}, "
-                  f"max pools during their conv {'yes' if ch.get('fuse_pools') else 'no'}")
+                  f"max pools during their conv {'yes' if ch.get('fuse_pools') else 'no'}"
+                  + (", one-row input in column chunks" if ch.get("col_chunks") else ""))
     folded = [f"{layer['name']} ({layer['fold']} pixels)" for layer in rep.get("layers") or [] if layer.get("fold")]
     if folded:   # (docs/tile-v2.md, "One-row convolutions folded")
         t.add_row("one-row convs in rows of", ", ".join(folded))

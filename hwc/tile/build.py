@@ -309,7 +309,7 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
     `fixed`: the policies to use instead; `policies`: only these tiling policies.
     Returns [(cycles, plan, program, choice)]."""
     found, timed = [], {}
-    made = {}   # id(program) -> the (bus_groups, fuse_pools) of the Codegen that made it (`gens`)
+    made = {}   # id(program) -> the (bus_groups, fuse_pools, col_chunks) of the Codegen that made it (`gens`)
 
     def cycles(prog):
         timed[id(prog)] = _timed(target, prog, base)
@@ -321,37 +321,51 @@ def _programs(plan: TilePlan, target: dict, double_buffer: bool, base: int, fixe
         # (MobileNet tile32x32's tail is, and it is faster without; the FC autoencoder faster with).
         # fuse_pools: max pools run during the conv before them (Codegen._fusable_pools), tried both ways where
         # there are any (small layers can be slower fused: the VECs then delay the next layer's GEMMs)
-        for fuse in ([fixed.get("fuse_pools", True)] if fixed is not None else [True, False]):
+        # col_chunks: a one-row input of a folded conv loads in column chunks (Codegen.in_cols), tried both ways
+        # where there is one (the chunks share ACT's second port with POST: slower where that port is the bottleneck)
+        for fuse, cols in ([(fixed.get("fuse_pools", True), fixed.get("col_chunks", True))] if fixed is not None
+                           else [(True, True), (False, True), (True, False), (False, False)]):
             for bus in ([fixed.get("bus_groups", False)] if fixed is not None else [False, True]):
-                if bus and (False, fuse) in gens and not gens[False, fuse][0].bus_bound:
+                if bus and (False, fuse, cols) in gens and not gens[False, fuse, cols][0].bus_bound:
                     continue
-                if not fuse and (bus, True) in gens and not gens[bus, True][0].fused_pools:
+                if not fuse and (bus, True, cols) in gens and not gens[bus, True, cols][0].fused_pools:
                     continue   # (no pool to fuse: the same program)
+                if not cols and fixed is None and (bus, fuse, True) not in gens:
+                    continue   # (the program it would differ from was not built)
+                if not cols and fixed is None and not gens[bus, fuse, True][0].in_cols:
+                    continue   # (no one-row input in column chunks: the same program)
                 p = copy_plan(plan)
                 cg = Codegen(p, target, double_buffer=double_buffer, dram_base=base, tiling=policy, bus_groups=bus,
-                             fuse_pools=fuse)
-                gens[bus, fuse] = cg, p
+                             fuse_pools=fuse, col_chunks=cols)
+                gens[bus, fuse, cols] = cg, p
                 eager = cg.run()
                 for loads in ("eager", "paced"):
                     if fixed is not None and loads != fixed["loads"]:
                         continue
                     prog = eager if loads == "eager" else cg.refinalize(loads)
-                    made[id(prog)] = bus, fuse
+                    made[id(prog)] = bus, fuse, cols
                     mine.append((cycles(prog), p, prog, {"tiling": policy, "loads": loads, "split": False,
                                                          "bus_groups": bus, "prefetch": False,
-                                                         "fuse_pools": bool(fuse and cg.fused_pools)}))
-        best = min(mine, key=lambda c: c[0])
-        cg, p = gens[made[id(best[2])]]
-        first = next((i for i in best[2].program if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT), None)
-        # (splitting saves at most the first group's load: not tried when that is a small share of the run)
-        pinned = fixed is not None and fixed.get("split")
-        if pinned or (fixed is None and first is not None
-                      and first.get("rows") * first.get("row_beats") >= SPLIT_MIN_SHARE * best[0]):
-            prog = cg.refinalize(best[3]["loads"], split=True)
-            made[id(prog)] = made[id(best[2])]
-            if prog.program != best[2].program:   # (a single piece: the same program)
-                split = (cycles(prog), p, prog, dict(best[3], split=True))
-                mine = [split] if fixed is not None else [*mine, split]
+                                                         "fuse_pools": bool(fuse and cg.fused_pools),
+                                                         "col_chunks": bool(cg.in_cols)}))
+        # the fastest, and the fastest of the other input chunking (column chunks change when the first weights are
+        # needed: the first weight group in pieces may pay on either), each with the first weight group in pieces
+        heads = [min((c for c in mine if c[3]["col_chunks"] == k), key=lambda c: c[0])
+                 for k in {c[3]["col_chunks"] for c in mine}]
+        splits = []
+        for best in sorted(heads, key=lambda c: c[0]):
+            cg, p = gens[made[id(best[2])]]
+            first = next((i for i in best[2].program if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.WGT), None)
+            # (splitting saves at most the first group's load: not tried when that is a small share of the run)
+            pinned = fixed is not None and fixed.get("split")
+            if pinned or (fixed is None and first is not None
+                          and first.get("rows") * first.get("row_beats") >= SPLIT_MIN_SHARE * best[0]):
+                prog = cg.refinalize(best[3]["loads"], split=True)
+                made[id(prog)] = made[id(best[2])]
+                if prog.program != best[2].program:   # (a single piece: the same program)
+                    splits.append((cycles(prog), p, prog, dict(best[3], split=True)))
+        if splits:
+            mine = splits if fixed is not None else [*mine, *splits]
         if double_buffer and (fixed is None or fixed.get("prefetch")):
             # the fastest again, with later groups' weights prefetched where its LOAD unit idles (finalize), where
             # its array waits for weights long enough to matter (or pinned)

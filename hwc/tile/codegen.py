@@ -133,12 +133,20 @@ def _input_chunks(t: TileTensor, step: int) -> list[tuple[int, int, int, int]]:
     return [(cb, cb + 1, r, min(t.h, r + step)) for r in range(0, t.h, step) for cb in range(t.cb)]
 
 
+def _column_chunks(t: TileTensor) -> list[tuple[int, int, int, int]]:
+    """The LOAD chunks (b, b + 1, x0, x1) of a one-row input a folded convolution reads (`Codegen._fold_width`):
+    columns [x0, x1) of channel block b, in about INPUT_CHUNKS pieces of at least MIN_CHUNK_LINES lines."""
+    step = max(MIN_CHUNK_LINES, -(-t.w // INPUT_CHUNKS))
+    return [(cb, cb + 1, x, min(t.w, x + step)) for x in range(0, t.w, step) for cb in range(t.cb)]
+
+
 class Codegen:
     #: the depthwise schedules `_dw_plan` prices (docs/tile-v2.md, "Depthwise schedules")
     DW_MODES = ("diag", "rows", "cols", "image", "pitch", "pitch+", "pcols", "pitch2")
 
     def __init__(self, plan: TilePlan, target: dict, double_buffer: bool = True, dram_base: int = 0,
-                 tiling: str = "cost", lag_ppu: bool = True, bus_groups: bool = False, fuse_pools: bool = True):
+                 tiling: str = "cost", lag_ppu: bool = True, bus_groups: bool = False, fuse_pools: bool = True,
+                 col_chunks: bool = True):
         feats = target["features"]  # (validated: hwc/targets/tile_schema.py fills the defaults)
         self.post_unit = feats["post_unit"]   # v2: PPU/VEC/FILL overlap the array
         self.depthwise = feats["depthwise"]   # v2: GEMM.dw
@@ -198,6 +206,8 @@ class Codegen:
         self.layer = -1
         # model input -> its LOAD chunks: (first channel block, end channel block, first row, end row)
         self.in_chunks: dict[str, list[tuple[int, int, int, int]]] = {}
+        self.in_cols: set[str] = set()   # model inputs whose chunks are columns of their one row (`_column_chunks`)
+        self.col_chunks = col_chunks     # (whether such inputs are chunked so)
         self.temps: list[tuple[TileTensor, int]] = []   # (tensor, layer step) scratch for max pooling
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -334,7 +344,8 @@ class Codegen:
                 # (`finalize`: the shorter of it and the second group first): MobileNet tile8x8 135,185 -> 134,701
                 budget -= self._param_beats()
             if len(prev) == 1:  # the bus also brings the model inputs' later chunks during the first group
-                budget -= sum((b1 - b0) * (r1 - r0) * self.tensor(name).w for name, chunks in self.in_chunks.items()
+                budget -= sum((b1 - b0) * (r1 - r0) * (1 if name in self.in_cols else self.tensor(name).w)
+                              for name, chunks in self.in_chunks.items()
                               for b0, b1, r0, r1 in chunks[1:]) * self.n // self.beat
                 if self.in_chunks and g.layer != self.layer:
                     budget = 0   # and the first group's compute waits for them: the second holds one layer
@@ -369,9 +380,10 @@ class Codegen:
         return blocks * self.peb
 
     def compute(self, g: Group, opcode: Op, needs=(), wait: Wait = Wait.NONE, region=None, drip: bool = True,
-                halos: bool = True, drains: bool = False, **fields) -> None:
+                halos: bool = True, drains: bool = False, cols=None, **fields) -> None:
         """Append a compute instruction. `region` = (tensor, channel block or None for all, first row,
-        end row) of the ACT lines a POST instruction writes, or a GEMM reads (v2 hazard tracking).
+        end row) of the ACT lines a POST instruction writes, or a GEMM reads (v2 hazard tracking); `cols`: the
+        columns a GEMM reads of a one-row input (`in_cols`).
         `drip`: pending halo FILLs may follow this GEMM (not before a GEMM that waits for POST). `halos`: a VEC
         may read or write halo lines (then every pending FILL goes first; a residual add touches none). `drains`: the
         next instruction waits for this GEMM to complete (FILLs may use POST until then)."""
@@ -420,7 +432,7 @@ class Codegen:
                     self._drip += [(self.layer, *run) for run in self._halo_runs(t)]
             self._estimate(opcode, fields, wait)
         if opcode == Op.GEMM and region is not None and region[0] in self.in_chunks:
-            needs = self._needed_chunks(needs, region)
+            needs = self._needed_chunks(needs, region, cols)
         writes = (region or _EVERYWHERE) if opcode in (Op.PPU, Op.VEC, Op.FILL) else None
         g.compute.append(Emitted((opcode, fields), frozenset(needs), self.layer, wait, writes,
                                  region if opcode == Op.GEMM else None))
@@ -441,10 +453,13 @@ class Codegen:
         successor's weight preload (PRELOAD + GEMM_SETUP) plus the issue cycle."""
         return max(lines, self.timing.PRELOAD + self.timing.GEMM_SETUP + 1)
 
-    def _needed_chunks(self, needs, region) -> tuple:
+    def _needed_chunks(self, needs, region, cols=None) -> tuple:
         """A GEMM reading rows [y0, y1) of channel block cb (None: all) of a model input needs only the
-        input's LOAD chunks holding them."""
+        input's LOAD chunks holding them; of a one-row input chunked by columns (`in_cols`), the chunks holding
+        the columns `cols` it reads (None: all)."""
         name, cb, y0, y1 = region
+        if name in self.in_cols:
+            y0, y1 = cols or (-1 << 30, 1 << 30)
         keep = [d for d in needs if not (isinstance(d, tuple) and d[0] == name)]
         return tuple(keep) + tuple((name, c) for c, (b0, b1, r0, r1) in enumerate(self.in_chunks[name])
                                    if r0 < y1 and y0 < r1 and (cb is None or b0 <= cb < b1))
@@ -853,6 +868,7 @@ class Codegen:
                         later, self._later_post = self._later_post, None   # (the previous layer's last PPU
                         later(g, gi)                                        # writes what this GEMM reads)
                     self.compute(g, Op.GEMM, needs=needs_in, wblk=g.block(data), acc=acc + f.pop("acc_off", 0),
+                                 cols=f.pop("cols", None),
                                  reset=int(first), dw=dwf, skip=skip, dw9=int(len(data) > n * n),
                                  wait=Wait.POST if first and self._later_post and self.acc_slots == 2
                                  else Wait.NONE,
@@ -1177,8 +1193,10 @@ class Codegen:
                         act_si=1, acc_so=0, acc_si=1)
         fold = self.folds.get(layer.name)
         if fold:   # fold rows oy0 .. oy0 + rows - 1 of one row (`_fold_width`): each one's inputs sw * fold lines on
-            return dict(region=(src.name, cib, 0, 1), act=src.line(cib, 0, off + oy0 * fold * sw), n_outer=rows,
-                        n_inner=fold + skip, act_so=fold * sw, act_si=si, acc_so=fold, acc_si=1)
+            x0 = off + oy0 * fold * sw   # (`cols`: the columns it reads, for a one-row input's LOAD chunks)
+            return dict(region=(src.name, cib, 0, 1), act=src.line(cib, 0, x0), n_outer=rows, n_inner=fold + skip,
+                        act_so=fold * sw, act_si=si, acc_so=fold, acc_si=1,
+                        cols=(x0, x0 + (rows - 1) * fold * sw + (fold + skip - 1) * si + 1))
         y0 = oy0 * sh + kk * dh - pt
         return dict(region=(src.name, cib, y0, y0 + (rows - 1) * sh + 1), act=src.line(cib, y0, off),
                     n_outer=rows, n_inner=wo + skip, act_so=sh * src.wp, act_si=si, acc_so=wo, acc_si=1)
@@ -1695,6 +1713,11 @@ class Codegen:
             t = self.tensor(name)
             step = max(1, -(-t.h // INPUT_CHUNKS), -(-MIN_CHUNK_LINES // t.w))
             self.in_chunks[name] = _input_chunks(t, step)
+            if self.col_chunks and t.h == 1 and t.w >= 2 * MIN_CHUNK_LINES and any(
+                    isinstance(layer, ConvLayer) and layer.src == name and layer.name in self.folds
+                    for layer in plan.layers):
+                self.in_chunks[name] = _column_chunks(t)
+                self.in_cols.add(name)
             loads[name] = tuple((name, c) for c in range(len(self.in_chunks[name])))
         for name in plan.inputs:
             if self.post_unit:  # dripped: a first-layer GEMM waits for the FILLs of the rows it reads only
@@ -1753,8 +1776,8 @@ class Codegen:
         that starts a sum), not a fixed step, so that no row more than it needs comes before the first GEMM
         (MobileNetV1-0.25 tile32x32: 35 rows instead of three chunks of 13). The instructions' chunks follow."""
         old, t = self.in_chunks[name], self.tensor(name)
-        if len(old) < 2 or old[0][1] - old[0][0] > 1:   # (an FC layer's input: whole blocks per chunk)
-            return
+        if len(old) < 2 or old[0][1] - old[0][0] > 1 or name in self.in_cols:   # (an FC layer's input: whole blocks
+            return                                                               # per chunk; column chunks)
         step = old[0][3] - old[0][2]
         reads = [e for g in self.groups for e in g.compute if e.reads is not None and e.reads[0] == name]
         if not reads:

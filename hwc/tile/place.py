@@ -200,6 +200,16 @@ class Placement:
         name, c = d
         t, beat = self.cg.tensor(name), self.beat
         b0, b1, r0, r1 = self.cg.in_chunks[name][c]
+        if name in self.cg.in_cols:   # columns [r0, r1) of a one-row input (`Codegen.in_cols`)
+            for b in range(b0, b1):
+                if name in self.views:
+                    p, = [p for p in self.views[name] if p.lo <= 0 < p.hi]
+                    dram = p.dram // beat + (p.row - p.lo) * t.w + b * p.pitch * t.w
+                else:
+                    dram = self.inputs[name] // beat + b * t.h * t.w
+                self.load(d, mem=int(Mem.ACT), dram=dram + r0, sram=t.line(b, 0, r0), rows=1, row_beats=r1 - r0,
+                          dram_stride=0, sram_stride=0)
+            return
         if name in self.views:   # rows where an earlier segment stored them: LOADs per piece (source) they span
             whole = r1 - r0 == t.h and t.hp == t.h and t.wp == t.w   # (unpadded whole blocks: one LOAD a piece)
             for p in self.views[name]:

@@ -278,3 +278,23 @@ def test_a_fused_max_pools_vecs_left_for_the_next_conv(target):
     prog, res = _timeline(art, t)
     bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
     assert bad == [], bad[:5]
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+def test_a_one_row_input_loads_in_column_chunks(target):
+    """A one-row model input read by a folded conv (`Codegen.in_cols`) loads in column chunks, and each GEMM waits
+    for the chunks holding the columns it reads only: the first GEMM streams before the input's last LOAD has ended.
+    Exact, and no ACT hazard on the timeline (every GEMM's lines loaded before it reads them)."""
+    t = load_target(target)
+    n = t["array"]["rows"]
+    b = QBuilder(seed=21)
+    x = b.input("x", (1, n, 1, 1024), zp=4)
+    g = b.output(b.conv(x, 2 * n, k=(1, 5), pads=[0, 2, 0, 2], relu=True))
+    art = check_exact(g, t)
+    assert art.report["layers"][0]["fold"]
+    prog, res = _timeline(art, t)
+    loads = [k for k, i in enumerate(prog) if i.op == Op.LOAD and i.get("mem") == Mem.ACT]
+    first = next(k for k, i in enumerate(prog) if i.op == Op.GEMM)
+    assert len(loads) >= 4 and res.start[first] < max(res.end[k] for k in loads)
+    bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
+    assert bad == [], bad[:5]

@@ -492,57 +492,50 @@ def test_max_pool_over_real_pixels_through_the_rtl():
 def test_one_row_max_pool_through_the_rtl():
     """A 1-d signal: a 1 x 3 conv over one row of 40 pixels and two channel blocks, then a 1 x 4 stride-4 max pool,
     whose horizontal pass writes the output (no vertical pass): RTL == model == int8 reference."""
-    from hwc.targets import load_target
     from qgraphs import QBuilder
 
-    from hwc.tile.build import build_tile
-
-    t = load_target("tile8x8")
     b = QBuilder(seed=33)
     x = b.input("x", (1, 3, 1, 40), zp=-5)
     y = b.conv(x, 12, k=(1, 3), pads=[0, 1, 0, 1], relu=True)
-    g = b.output(b.maxpool(y, (1, 4), (1, 4)))
-    art = build_tile(g, t, hdl=True)
-    rng = np.random.default_rng(0)
-    _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 3, 1, 40)).astype(np.int8)})
+    _through_the_tile8x8_rtl(b.output(b.maxpool(y, (1, 4), (1, 4))), seed=0)
+
+
+def _through_the_tile8x8_rtl(g, seed):
+    """g built for tile8x8 with its Verilog; random int8 inputs through the RTL, the model and the int8 reference
+    (`_rtl_equals_model_equals_reference`). Returns the build."""
+    from hwc.targets import load_target
+
+    from hwc.tile.build import build_tile
+
+    art = build_tile(g, load_target("tile8x8"), hdl=True)
+    rng = np.random.default_rng(seed)
+    _rtl_equals_model_equals_reference(art, g, {k: rng.integers(-128, 128, g.type(k).shape).astype(np.int8)
+                                                for k in g.inputs})
+    return art
 
 
 def test_a_folded_one_row_conv_through_the_rtl():
     """A 1-d signal of 256 pixels: a 1 x 3 conv computed as 32 rows of 8 pixels (`Codegen._fold_width`), in
     several pixel tiles whose PPUs run beside the next tiles' GEMMs, with its 1 x 4 max pool's VECs in between:
     RTL == model == int8 reference, equal cycles."""
-    from hwc.targets import load_target
     from qgraphs import QBuilder
 
-    from hwc.tile.build import build_tile
-
-    t = load_target("tile8x8")
     b = QBuilder(seed=34)
     x = b.input("x", (1, 8, 1, 256), zp=-5)
     y = b.conv(x, 8, k=(1, 3), pads=[0, 1, 0, 1], relu=True)
-    g = b.output(b.maxpool(y, (1, 4), (1, 4)))
-    art = build_tile(g, t, hdl=True)
+    art = _through_the_tile8x8_rtl(b.output(b.maxpool(y, (1, 4), (1, 4))), seed=1)
     conv, pool = art.report["layers"]
     assert conv["fold"] == 8 and pool["fused_into"] == conv["name"]
-    rng = np.random.default_rng(1)
-    _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 8, 1, 256)).astype(np.int8)})
 
 
 def test_windows_of_a_thin_1d_first_layer_through_the_rtl():
     """M5's first layer shape over 1,000 samples (one channel, 1 x 80, stride 4) on tile8x8: the host lays out
     windows of 8 samples a line and the tile runs 10 taps of dilation 2 over them (`layers.windows_first_layer`),
     folded, then a 1 x 4 max pool and a 1 x 3 conv: RTL == model == int8 reference, equal cycles."""
-    from hwc.targets import load_target
     from qgraphs import QBuilder
 
-    from hwc.tile.build import build_tile
-
-    t = load_target("tile8x8")
     b = QBuilder(seed=35)
     x = b.input("x", (1, 1, 1, 1000), zp=3)
     y = b.maxpool(b.conv(x, 16, k=(1, 80), stride=(1, 4), pads=[0, 39, 0, 40], relu=True), (1, 4), (1, 4))
-    g = b.output(b.conv(y, 8, k=(1, 3), pads=[0, 1, 0, 1]))
-    art = build_tile(g, t, hdl=True)
+    art = _through_the_tile8x8_rtl(b.output(b.conv(y, 8, k=(1, 3), pads=[0, 1, 0, 1])), seed=2)
     assert art.report["schedule"][0]["im2col"] == "windows" and art.report["layers"][0]["fold"]
-    rng = np.random.default_rng(2)
-    _rtl_equals_model_equals_reference(art, g, {"x": rng.integers(-128, 128, (1, 1, 1, 1000)).astype(np.int8)})
