@@ -121,6 +121,22 @@ def _timeline(art, target):
     return isa.from_bytes(art.program), res
 
 
+def _hazards(art, target) -> list[str]:
+    """The ACT and POST hazards of a one-segment build's program on the tile model's timeline."""
+    prog, res = _timeline(art, target)
+    return act_hazards(prog, res, target["scratchpad"]["act_lines"]) + post_hazards(prog, target)
+
+
+def _fused_and_not_without_hazards(g, target) -> None:
+    """g built with its max pools pinned fused and not (`fuse_pools`): each exact and without hazards."""
+    pin = build_tile(g, target, hdl=False).report["schedule"][0]
+    for fuse in (True, False):
+        art = check_exact(g, target, pin=[dict(pin, fuse_pools=fuse)])
+        assert art.report["schedule"][0]["fuse_pools"] == fuse
+        bad = _hazards(art, target)
+        assert bad == [], (fuse, bad[:5])
+
+
 @pytest.mark.parametrize("model,target", [("ds_cnn", "tile8x8"), ("ds_cnn", "tile32x32"),
                                           ("mobilenet_v1_025", "tile32x32"), ("fc_autoencoder", "tile8x8"),
                                           ("resnet8", "tile32x32"), ("mobilenet_v1_025", "tile8x8"),
@@ -147,8 +163,7 @@ def test_no_act_hazards_on_random_graphs(seed):
         t = load_target(choice) if choice in names else TARGETS[choice]
         g = _random_chain(rng, QBuilder(seed=seed * 100 + it))
         art = build_tile(g, t, hdl=False)
-        prog, res = _timeline(art, t)
-        bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
+        bad = _hazards(art, t)
         assert bad == [], (choice, bad[:5])
 
 
@@ -228,13 +243,7 @@ def test_a_max_pool_fused_with_its_convolution_has_no_hazards(target, k, s, pads
     b = QBuilder(seed=k + s)
     x = b.input("x", (1, n, 14, 13), zp=-3)
     g = b.output(b.conv(b.maxpool(b.conv(x, 3 * n, relu=True), k, s, pads=pads), 8, k=1, pads=[0] * 4))
-    pin = build_tile(g, t, hdl=False).report["schedule"][0]
-    for fuse in (True, False):
-        art = check_exact(g, t, pin=[dict(pin, fuse_pools=fuse)])
-        assert art.report["schedule"][0]["fuse_pools"] == fuse
-        prog, res = _timeline(art, t)
-        bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
-        assert bad == [], (fuse, bad[:5])
+    _fused_and_not_without_hazards(g, t)
 
 
 @pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
@@ -247,13 +256,7 @@ def test_a_fused_max_pool_beside_a_conv_reading_its_input(target):
     x = b.input("x", (1, 6, 11, 11), zp=-3)
     y = b.conv(x, 2 * n, relu=True)
     g = b.output(b.maxpool(y, 2, 2), b.conv(y, 3 * n + 1, k=1, pads=[0] * 4))
-    pin = build_tile(g, t, hdl=False).report["schedule"][0]
-    for fuse in (True, False):
-        art = check_exact(g, t, pin=[dict(pin, fuse_pools=fuse)])
-        assert art.report["schedule"][0]["fuse_pools"] == fuse
-        prog, res = _timeline(art, t)
-        bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
-        assert bad == [], (fuse, bad[:5])
+    _fused_and_not_without_hazards(g, t)
 
 
 @pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
@@ -275,8 +278,7 @@ def test_a_fused_max_pools_vecs_left_for_the_next_conv(target):
     assert art.report["schedule"][0]["fuse_pools"]
     _, pool, nxt, _ = art.report["layers"]
     assert pool["fused_into"] and pool["end"] > nxt["start"]   # (its last VECs went into the next conv)
-    prog, res = _timeline(art, t)
-    bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
+    bad = _hazards(art, t)
     assert bad == [], bad[:5]
 
 
