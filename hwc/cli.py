@@ -48,10 +48,19 @@ def input_shapes(args) -> dict[str, tuple[int, ...]]:
 
 
 def read_inputs(path: str, inputs: list[dict]) -> dict[str, np.ndarray]:
-    """Read an .npz keyed by input names, or an .npy for a single-input model."""
+    """Read an .npz keyed by input names, or an .npy for a single-input model. Arrays of an .npz that are not
+    inputs of the model (labels, say) are left out, with a note naming them."""
     from hwc.data import load_named_arrays
 
-    return load_named_arrays(path, [i["name"] for i in inputs], "Input")
+    names = [i["name"] for i in inputs]
+    feeds = load_named_arrays(path, names, "Input")
+    if str(path).endswith(".npz"):
+        with np.load(path, allow_pickle=False) as f:
+            extra = sorted(set(f.files) - set(names))
+        if extra:
+            err.print(f"note: {path} also holds {extra}, which are not inputs of the model {names}: not used.",
+                      soft_wrap=True, markup=False)
+    return feeds
 
 
 def _fmt_shape(shape) -> str:

@@ -175,6 +175,20 @@ def test_run_rejects_bad_inputs(tmp_path, built, capsys, feeds, message):
     assert message in err
 
 
+def test_run_names_the_arrays_of_an_npz_it_does_not_use(tmp_path, built, capsys):
+    """An .npz holding more than the inputs (labels, say) runs on the inputs, with a note naming the rest."""
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x, labels=np.arange(3))
+    rc, out, err = run_cli(capsys, "run", built, "--input", tmp_path / "x.npz", "-o", tmp_path / "y.npz")
+    assert rc == 0, err
+    assert "also holds ['labels'], which are not inputs of the model ['x']: not used" in " ".join(err.split()), err
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], ort_run(tiny_cnn(batch=1), {"x": x})["y"],
+                               rtol=1e-4, atol=1e-5)
+    np.savez(tmp_path / "x2.npz", x=x)   # (no note when the file holds the inputs only)
+    rc, _, err = run_cli(capsys, "run", built, "--input", tmp_path / "x2.npz")
+    assert rc == 0 and "note" not in err, err
+
+
 def test_run_rejects_unknown_input_name_in_api(built):
     import hwc
     from hwc.errors import InputError
