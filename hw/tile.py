@@ -234,9 +234,16 @@ class Tile(wiring.Component):
         wait = wait_mask(word)
         kind = {k: fetch.head_kind[i] for i, k in enumerate(KINDS)}
         issue = Signal()
-        to_load, to_store = issue & kind["load"], issue & kind["store"]
+        # `go`: the head may issue but for its unit; `rdy`: its unit may take it. The head's kind is one-hot, so a
+        # unit starts on `go & kind & rdy` of its own kind (the same as `issue & kind`): through `issue`, the OR of
+        # every kind's readiness, each unit's start had a path from every busy register (tile8x8's routed critical
+        # path ran from older_busy_q through the GEMM's and the LOAD's flags to POST's state: 89.6 MHz)
+        go = Signal()
+        rdy = {k: Signal(name=f"rdy_{k}") for k in ("load", "store", "gemm", "compute")}
+        to_load, to_store = go & kind["load"] & rdy["load"], go & kind["store"] & rdy["store"]
         v2 = p.post_unit  # tile v2: PPU/VEC/FILL ("compute" kind) go to the POST unit
-        to_cmp = issue & (kind["gemm"] if v2 else (kind["gemm"] | kind["compute"]))
+        to_cmp = go & ((kind["gemm"] & rdy["gemm"]) if v2 else
+                       ((kind["gemm"] & rdy["gemm"]) | (kind["compute"] & rdy["compute"])))
         load_busy, load_act_busy, store_busy, cmp_busy = (Signal(name=n) for n in (
             "load_busy_q", "load_act_busy_q", "store_busy_q", "cmp_busy_q"))
         gemm_ok = Signal()
@@ -246,7 +253,7 @@ class Tile(wiring.Component):
                      gemm_ok.eq(cmp.accept_gemm & ~to_cmp)]
         idle = {isa.Wait.LOAD: ~load_busy, isa.Wait.COMPUTE: ~cmp_busy, isa.Wait.STORE: ~store_busy}
         if v2:
-            to_post = issue & kind["compute"]
+            to_post = go & kind["compute"] & rdy["compute"]
             m.d.sync += post_busy.eq(post.busy | to_post)
             # a PPU.dw may issue behind a PPU.dw whose second pipe still drains (PostEngine.dw_drain)
             post_dw_ok = Signal(name="post_dw_ok_q")
@@ -268,24 +275,22 @@ class Tile(wiring.Component):
             all_idle = all_idle & idle[isa.Wait.POST]
         if v2:
             # ACT port B: POST, LOAD-into-ACT and STORE exclude each other (docs/tile-v2.md)
-            can = (~fetch.head_kind.any()  # NOP
-                   | (kind["load"] & ~load_busy & (~fetch.head_load_act | (~store_busy & ~post_busy)))
-                   | (kind["store"] & ~store_busy & ~load_act_busy & ~post_busy)
-                   | (kind["gemm"] & gemm_ok)
-                   | (kind["compute"] & (~post_busy | (post_dw_ok & (fetch.head_ppu_dw if p.dw_post else 0)))
-                      & ~load_act_busy & ~store_busy
-                      & ~(fetch.head_ppu_lag & older_busy).any())
-                   | (kind["finish"] & all_idle))
+            m.d.comb += [rdy["load"].eq(~load_busy & (~fetch.head_load_act | (~store_busy & ~post_busy))),
+                         rdy["store"].eq(~store_busy & ~load_act_busy & ~post_busy),
+                         rdy["compute"].eq((~post_busy | (post_dw_ok & (fetch.head_ppu_dw if p.dw_post else 0)))
+                                           & ~load_act_busy & ~store_busy
+                                           & ~(fetch.head_ppu_lag & older_busy).any())]
         else:
-            can = (~fetch.head_kind.any()  # NOP
-                   | (kind["load"] & ~load_busy & (~fetch.head_load_act | ~store_busy))
-                   | (kind["store"] & ~store_busy & ~load_act_busy)
-                   | (kind["gemm"] & gemm_ok)
-                   | (kind["compute"] & ~cmp_busy)
-                   | (kind["finish"] & all_idle))
+            m.d.comb += [rdy["load"].eq(~load_busy & (~fetch.head_load_act | ~store_busy)),
+                         rdy["store"].eq(~store_busy & ~load_act_busy),
+                         rdy["compute"].eq(~cmp_busy)]
+        m.d.comb += rdy["gemm"].eq(gemm_ok)
+        can = (~fetch.head_kind.any()  # NOP
+               | (kind["load"] & rdy["load"]) | (kind["store"] & rdy["store"]) | (kind["gemm"] & rdy["gemm"])
+               | (kind["compute"] & rdy["compute"]) | (kind["finish"] & all_idle))
         head = running & fetch.head_valid
         fault = head & (fetch.head_err != isa.ErrorCode.NONE)
-        m.d.comb += issue.eq(head & ~fault & wait_ok & can)
+        m.d.comb += [go.eq(head & ~fault & wait_ok), issue.eq(go & can)]
         m.d.comb += [fetch.pop.eq(issue),
                      load.start.eq(to_load), load.word.eq(word),
                      store.start.eq(to_store), store.word.eq(word),
