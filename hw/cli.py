@@ -33,7 +33,7 @@ def cmd_synth(args) -> int:
 
     with steps(f"synthesis for {args.device}", synth_steps(args.device, not args.no_place)) as step:
         r = synth(args.dir, args.device, freq_mhz=args.freq, place=not args.no_place,
-                  seed=args.seed, router=args.router, progress=step)
+                  seed=args.seed, router=args.router, placer=args.placer, progress=step)
     res = ", ".join(f"{k} {v}" for k, v in r["resources"].items() if v)
     fmax = f"; Fmax {r['fmax_mhz']} MHz" if r.get("fmax_mhz") else ""
     print(f"hwc synth: {r['config_name']} on {r['device']}: {res}{fmax} -> {args.dir}/synth.json")
@@ -52,6 +52,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--freq", type=float, default=None, help="target clock for place-and-route (MHz, default 150)")
     s.add_argument("--no-place", action="store_true", help="ECP5: synthesis only, no place-and-route")
     s.add_argument("--seed", type=int, default=1, help="nextpnr placement seed (default 1)")
+    s.add_argument("--placer", default="static", choices=["static", "heap", "sa"],
+                   help="nextpnr placer (default static: keeps block RAM read registers beside their block RAMs)")
     s.add_argument("--router", default="router1", choices=["router1", "router2"],
                    help="nextpnr router (default router1: slower, but meets a higher clock on the tile)")
     s.set_defaults(fn=cmd_synth)

@@ -2,7 +2,11 @@
 
 ecp5-85k: yosys `synth_ecp5`, nextpnr-ecp5 (`--85k --package CABGA381 --freq F`, report
 JSON), ecppack -> tile.bit. The default router is router1: on tile8x8 it took 19 minutes
-where router2 took 7, but met 90 MHz where router2 met 75 (same netlist, seed 1).
+where router2 took 7, but met 90 MHz where router2 met 75 (same netlist, seed 1). The default
+placer is `static` (nextpnr's electrostatic placer), not nextpnr's own default `heap`: heap put
+the register behind a block RAM beside that register's loads, far from the block RAM (whose
+output takes 5.6 ns), and tile8x8 met 99.3 MHz (seed 1) / 97.4 (seed 2); static placed the same
+netlist at 106.6 / 110.9 MHz (BENCHMARKS.md, "Tile hardware").
 xc7: yosys `synth_xilinx -family xc7`, a resource estimate
 only (no open place-and-route for 7-series here). Both write DIR/synth.json with the
 resource counts (and, for ECP5, `fmax_mhz` after routing and the device utilization).
@@ -40,6 +44,7 @@ from hwc.errors import UserError
 from . import dsp
 
 DEVICES = ("ecp5-85k", "xc7")
+PLACERS = ("static", "heap", "sa")   # nextpnr-ecp5's placers, the default first
 ECP5_ARGS = ["--85k", "--package", "CABGA381"]
 ECP5_AVAILABLE = {"TRELLIS_COMB": 83640, "TRELLIS_FF": 83640, "MULT18X18D": 156, "DP16KD": 208}
 WRAP = "synth_top"
@@ -150,7 +155,7 @@ def tile_info(build: Path, build_dir) -> dict:
 
 
 def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, place: bool = True,
-          seed: int = 1, router: str = "router1", progress=None) -> dict:
+          seed: int = 1, router: str = "router1", placer: str = "static", progress=None) -> dict:
     """Synthesize DIR/tile.v for `device`; writes and returns DIR/synth.json. `progress(name)` is
     called as each tool starts (`synth_steps` of them; hwc.report.progress.steps draws the bar)."""
     step = progress or (lambda name: None)
@@ -159,6 +164,8 @@ def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, pl
         raise SynthError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")
     if router not in ("router1", "router2"):
         raise SynthError(f"unknown nextpnr router {router!r}: choose router1 or router2")
+    if placer not in PLACERS:
+        raise SynthError(f"unknown nextpnr placer {placer!r}: choose one of {', '.join(PLACERS)}")
     info = tile_info(build, build_dir)
     write_wrapper(build)
     out: dict = {"device": device, "target": info["target"], "config_name": info["config_name"],
@@ -186,14 +193,15 @@ def synth(build_dir, device: str = "ecp5-85k", freq_mhz: float | None = None, pl
             out["seconds"]["nextpnr"] = _run(build, "nextpnr-ecp5",
                                              [*ECP5_ARGS, "--json", "tile_ecp5.json", "--textcfg", "tile.config",
                                               "--report", "nextpnr_report.json", "--freq", str(freq),
-                                              "--seed", str(seed), "--router", router, "--timing-allow-fail"],
+                                              "--seed", str(seed), "--placer", placer, "--router", router,
+                                              "--timing-allow-fail"],
                                              "nextpnr.log")
             rep = json.loads((build / "nextpnr_report.json").read_text())  # not report.json: hwc build's
             fmax = rep.get("fmax", {})
             clk = next((v for k, v in fmax.items() if "clk" in k), None) or next(iter(fmax.values()), None)
             out["fmax_mhz"] = round(clk["achieved"], 2) if clk else None
             out["target_mhz"] = freq
-            out["seed"], out["router"] = seed, router
+            out["seed"], out["placer"], out["router"] = seed, placer, router
             out["utilization"] = {k: v for k, v in rep.get("utilization", {}).items()
                                   if k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_IO")}
             step("ecppack bitstream")

@@ -92,6 +92,16 @@ def test_cli_synth_rejects_a_folder_without_tile_v(tmp_path):
         args.fn(args)
 
 
+def test_synth_rejects_an_unknown_placer_or_router_before_running_a_tool(tmp_path):
+    from hwc.hw.synth import SynthError
+
+    with pytest.raises(SynthError, match="unknown nextpnr placer 'fast': choose one of static, heap, sa"):
+        synth(tmp_path, "ecp5-85k", placer="fast")
+    with pytest.raises(SynthError, match="unknown nextpnr router 'router3'"):
+        synth(tmp_path, "ecp5-85k", router="router3")
+    assert not any(tmp_path.iterdir())   # nothing written
+
+
 def test_synth_takes_a_tile_build_folder(tmp_path, tile8):
     """`hwc synth` on a `hwc build --target tile8x8` folder (tile.v, model.json, no tile.json): the description is
     that of `hwc hw` for the same target (written beside tile.v); a tile.v that is not its target's is refused."""
@@ -126,6 +136,7 @@ def test_ecp5_place_and_route_tile8x8(tile8):
     res = r["resources"]
     assert 0 < res["DP16KD"] <= 208 and 0 < res["MULT18X18D"] <= 156
     assert json.loads((out / "synth.json").read_text())["fmax_mhz"] == r["fmax_mhz"]
+    assert (r["seed"], r["placer"], r["router"]) == (1, "static", "router1")   # hw/synth.py's defaults
 
 
 @pytest.mark.slow
