@@ -22,7 +22,8 @@ How a case runs (`run_case`):
   attribute-like slots (Reshape's shape, Slice's starts, Pad's pads, ...) that hwc
   folds into attributes at import. So are the few non-integer inputs that hwc also
   takes as build-time parameters (`ATTRIBUTE_SLOTS`: Clip's min/max, Pad's
-  constant_value, Dropout's ratio/training_mode, Range's operands). Every other input
+  constant_value, Dropout's ratio/training_mode, Range's operands, Resize's and Upsample's
+  roi/scales/sizes). Every other input
   stays a run-time input, its shape taken from the data;
 - the model is imported, run with `hwc.ref.interp.run_graph`, and every output compared
   with the expected one as onnx's backend runner does: same shape, same dtype, and
@@ -239,6 +240,7 @@ def _op_under_test(name: str, model: onnx.ModelProto, by_name: dict[str, str]) -
 #: input index: bound as constants like the integer inputs.
 ATTRIBUTE_SLOTS: dict[str, tuple[int, ...]] = {
     "Clip": (1, 2), "Pad": (2,), "Dropout": (1, 2), "Range": (0, 1, 2),
+    "Resize": (1, 2, 3), "Upsample": (1,),
 }
 
 

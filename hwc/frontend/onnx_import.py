@@ -552,6 +552,124 @@ def _pad(ctx: Ctx):
     ctx.emit("Pad", [ctx.inp(0)], {"pads": pads, "mode": mode, "value": value})
 
 
+#: Resize's coordinate_transformation_mode values hwc computes (all but tf_crop_and_resize, which needs roi and an
+#: extrapolation value), and its nearest_mode values.
+_RESIZE_CTM = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+               "tf_half_pixel_for_nn")
+_RESIZE_ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def resize_nearest_index(n_in: int, n_out: int, scale: float, ctm: str, rounding: str) -> np.ndarray:
+    """The input index each of the n_out outputs of a nearest-neighbour Resize reads along one axis (ONNX's
+    formulas, in float64 as its reference implementation: the source coordinate of output x, rounded as
+    `rounding` says where it falls between two pixels, then clamped into the input)."""
+    x = np.arange(n_out, dtype=np.float64)
+    length = scale * n_in
+    if ctm == "align_corners":
+        src = np.zeros_like(x) if length == 1 else x * (n_in - 1) / (length - 1)
+    elif ctm == "asymmetric":
+        src = x / scale
+    elif ctm == "pytorch_half_pixel":
+        src = np.full_like(x, -0.5) if length == 1 else (x + 0.5) / scale - 0.5
+    elif ctm == "half_pixel":
+        src = (x + 0.5) / scale - 0.5
+    elif ctm == "half_pixel_symmetric":
+        src = n_in / 2 * (1 - n_out / length) + (x + 0.5) / scale - 0.5
+    else:   # tf_half_pixel_for_nn
+        src = (x + 0.5) / scale
+    lo = np.floor(src)
+    frac = src - lo
+    up = {"round_prefer_floor": frac > 0.5, "round_prefer_ceil": frac >= 0.5, "floor": np.zeros_like(frac, bool),
+          "ceil": frac > 0}[rounding]
+    return np.clip(lo + up, 0, n_in - 1).astype(np.int64)
+
+
+@converter("Resize", "Upsample")
+def _resize(ctx: Ctx):
+    """Nearest-neighbour Resize (and the older Upsample) as moves every backend has, in int8 too (at the input's
+    scale): by whole factors under which output i reads input i // s (the U-Net / YOLO-neck / decoder kind)
+    Reshape -> Expand -> Reshape, [.., H, W] -> [.., H, 1, W, 1] -> [.., H, s, W, t] -> [.., H s, W t]; any other
+    nearest resize (down, fractional, align_corners, ...) a Gather of constant indices per resized axis.
+    Linear and cubic modes, antialias and tf_crop_and_resize: a clear error."""
+    x = ctx.type(0)
+    op = ctx.node.op_type
+    if op == "Upsample":
+        ctx.allow("mode", "scales")
+        scales = ctx.attr("scales") if ctx.opset < 9 else ctx.need_const(1, "scales")
+        sizes, ctm, rounding, policy = None, "asymmetric", "floor", "stretch"
+    else:
+        ctx.allow("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside",
+                  "extrapolation_value", "antialias", "axes", "keep_aspect_ratio_policy")
+        ctm = ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 11 else "asymmetric")
+        # (Resize-10 has neither attribute: its nearest reads input floor(i / scale), as Upsample's)
+        rounding = ctx.attr("nearest_mode", "round_prefer_floor" if ctx.opset >= 11 else "floor")
+        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        scales = sizes = None
+        if ctx.opset < 11:   # Resize-10: (X, scales)
+            scales = ctx.need_const(1, "scales")
+        elif ctx.has(3):     # Resize-11+: (X, roi, scales, sizes)
+            sizes = np.asarray(ctx.need_const(3, "sizes"), dtype=np.int64).reshape(-1)
+        elif ctx.has(2) and np.asarray(ctx.need_const(2, "scales")).size:
+            scales = ctx.need_const(2, "scales")
+        else:
+            raise ctx.fail("neither scales nor sizes is given", unsupported=False)
+        if ctx.attr("antialias", 0):
+            raise ctx.fail("antialias=1 is not supported (only nearest-neighbour resizing)")
+    mode, ctm, rounding, policy = (v.decode() if isinstance(v, bytes) else v for v in (ctx.attr("mode", "nearest"),
+                                                                                         ctm, rounding, policy))
+    if mode != "nearest":
+        raise ctx.fail(f"mode {mode!r} is not supported: hwc computes nearest-neighbour resizing only; export the "
+                       f"model with mode 'nearest' (PyTorch: nn.Upsample(mode='nearest'), F.interpolate(..., "
+                       f"mode='nearest'))")
+    if ctm not in _RESIZE_CTM:
+        raise ctx.fail(f"coordinate_transformation_mode {ctm!r} is not supported (supported: {', '.join(_RESIZE_CTM)})")
+    if rounding not in _RESIZE_ROUNDING:
+        raise ctx.fail(f"nearest_mode {rounding!r} is not valid", unsupported=False)
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise ctx.fail(f"keep_aspect_ratio_policy {policy!r} is not valid", unsupported=False)
+    axes = list(range(x.rank)) if op == "Upsample" or ctx.opset < 18 else \
+        [ctx.axis(int(a), x.rank) for a in ctx.attr("axes", list(range(x.rank)))]
+    given = np.asarray(sizes if sizes is not None else scales, dtype=np.float64).reshape(-1)
+    if len(given) != len(axes):
+        raise ctx.fail(f"{len(given)} {'sizes' if sizes is not None else 'scales'} for {len(axes)} axes",
+                       unsupported=False)
+    shape = list(x.shape)
+    out_shape, scale = list(shape), [1.0] * x.rank
+    for a, v in zip(axes, given):
+        if v <= 0:
+            raise ctx.fail(f"{'size' if sizes is not None else 'scale'} {v:g} of axis {a} is not positive",
+                           unsupported=False)
+        out_shape[a], scale[a] = (int(v), v / shape[a]) if sizes is not None else (int(v * shape[a]), float(v))
+    if sizes is not None and policy != "stretch":   # one scale for every resized axis, the sizes rounded half up
+        one = (min if policy == "not_larger" else max)(scale[a] for a in axes)
+        for a in axes:
+            out_shape[a], scale[a] = int(one * shape[a] + 0.5), one
+    for a in axes:
+        if out_shape[a] < 1:
+            raise ctx.fail(f"the resize leaves no output pixel on axis {a} (of {shape[a]})", unsupported=False)
+    index = {a: resize_nearest_index(shape[a], out_shape[a], scale[a], ctm, rounding) for a in range(x.rank)
+             if (out_shape[a], scale[a]) != (shape[a], 1.0)}
+    index = {a: ix for a, ix in index.items() if not np.array_equal(ix, np.arange(shape[a]))}
+    if not index:
+        ctx.emit("Identity", [ctx.inp(0)])
+        return
+    factor = {a: out_shape[a] // shape[a] for a in index}
+    if all(out_shape[a] == shape[a] * factor[a] and np.array_equal(ix, np.arange(out_shape[a]) // factor[a])
+           for a, ix in index.items()):
+        y = ctx.node.output[0]
+        t = ctx.emit("Reshape", [ctx.inp(0)], {"shape": [d for n in shape for d in (n, 1)]}, out=f"{y}_split")
+        t = ctx.emit("Expand", [t], {"shape": [d for a, n in enumerate(shape) for d in (n, factor.get(a, 1))]},
+                     out=f"{y}_spread")
+        ctx.emit("Reshape", [t], {"shape": out_shape})
+        return
+    t = ctx.inp(0)
+    for k, (a, ix) in enumerate(sorted(index.items())):
+        name = ctx.g.fresh(f"{ctx.node.output[0]}_index{a}")
+        ctx.g.add_value(name, TensorType.of(ix), ix)
+        last = k == len(index) - 1
+        t = ctx.emit("Gather", [t, name], {"axis": a}, out=0 if last else f"{ctx.node.output[0]}_axis{a}")
+
+
 @converter("Dropout")
 def _dropout(ctx: Ctx):
     ctx.allow("ratio", "seed", "is_test")

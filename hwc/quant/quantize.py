@@ -53,7 +53,7 @@ LUT_ACT_OPS = {"sigmoid": ("Sigmoid", ()), "tanh": ("Tanh", ()), "hardswish": ("
 LUT_OPS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "Elu", "Celu",
            "Selu", "Softplus", "Softsign", "ThresholdedRelu", "Abs", "Neg")
 #: Ops that move int8 data without changing it (the output keeps the input's parameters).
-MOVE_OPS = ("Reshape", "Transpose", "Identity", "MaxPool", "GlobalMaxPool", "Slice", "Split")
+MOVE_OPS = ("Reshape", "Transpose", "Identity", "MaxPool", "GlobalMaxPool", "Slice", "Split", "Expand")
 #: Ops whose int8 form ends in a requantization with a clamp (a following Relu/Clip folds in).
 CLAMPING_OPS = ("Conv", "Gemm", "MatMul", "Add", "AveragePool", "GlobalAveragePool")
 COMPUTE_OPS = ("Conv", "Gemm", "MatMul")

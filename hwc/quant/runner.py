@@ -44,6 +44,9 @@ def _merged_attrs(n: Node, n_samples: int) -> dict | None:
     if n.op == "Reshape":
         shape = list(n.attrs["shape"])
         return {**n.attrs, "shape": [n_samples * shape[0]] + shape[1:]}
+    if n.op == "Expand":   # batch-safe: a full-rank shape with a leading 1
+        shape = list(n.attrs["shape"])
+        return {**n.attrs, "shape": [n_samples] + shape[1:]}
     if n.op == "Slice":   # batch-safe: starts[0] = 0, steps[0] = 1 and it covers the batch-1 axis
         return {**n.attrs, "ends": [n_samples] + list(n.attrs["ends"][1:])}
     return None
@@ -76,6 +79,8 @@ def _batch_safe(g: Graph, n: Node) -> bool:
         return n.attrs["perm"][0] == 0
     if n.op == "Reshape":
         return n.attrs["shape"][0] == 1
+    if n.op == "Expand":
+        return len(n.attrs["shape"]) == out_rank and n.attrs["shape"][0] == 1
     if n.op in ("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum"):
         return 0 not in n.attrs["axes"] and bool(n.attrs["keepdims"])
     if n.op == "Slice":
