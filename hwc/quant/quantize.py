@@ -67,7 +67,8 @@ class TensorQ:
     zero_point: int
     lo: float                 # the chosen real range (before widening to contain 0)
     hi: float
-    method: str               # range method, "qdq" (from the model), "inherited" or "const"
+    method: str               # range method, "qdq" (from the model), "inherited", "const" or "concat"
+                              # (`share_concat_encodings`)
     min: float | None = None  # observed during calibration
     max: float | None = None
     clipped: float = 0.0      # share of calibration values outside [lo, hi]
@@ -665,6 +666,28 @@ def encodings(stats: dict, cfg: QuantConfig) -> dict[str, TensorQ]:
     return out
 
 
+def share_concat_encodings(g: Graph, tq: dict[str, TensorQ]) -> int:
+    """Give a Concat's inputs its encoding where that costs nothing: an input only the Concat reads, made by an op
+    whose int8 form ends in a requantization (a convolution, an add, ...), requantizes straight to the Concat's
+    scale and zero point. Otherwise the quantizer would requantize the input a second time (`q_concat`: a QRequant,
+    on the tile a pass over the array per input). Returns how many inputs changed."""
+    cons, prod, changed = g.consumers(), g.producers(), 0
+    for n in g.nodes:
+        out = n.outputs[0]
+        if n.op != "Concat" or out not in tq:
+            continue
+        for i in dict.fromkeys(n.inputs):
+            p = prod.get(i)
+            if p is not None and p.op in ("Relu", "Clip") and len(cons.get(p.inputs[0], [])) == 1:
+                p = prod.get(p.inputs[0])   # (a ReLU or clip the quantizer folds into its producer's clamp)
+            if (i in tq and p is not None and p.op in CLAMPING_OPS and [c.name for c in cons.get(i, [])] == [n.name]
+                    and i not in g.outputs and not tq[i].same_encoding(tq[out])):
+                q = tq[out]
+                tq[i] = TensorQ(q.scale, q.zero_point, q.lo, q.hi, "concat", min=tq[i].min, max=tq[i].max)
+                changed += 1
+    return changed
+
+
 def quantize(g: Graph, calib: dict[str, np.ndarray], cfg: QuantConfig | dict | str | None = None, *,
              progress: bool = False, stats: dict | None = None, prepared: Graph | None = None) -> Graph:
     """Calibrate the optimized float graph `g` on `calib` ({input: [N, *shape]}) and quantize it.
@@ -683,7 +706,9 @@ def quantize(g: Graph, calib: dict[str, np.ndarray], cfg: QuantConfig | dict | s
                         f"samples on a leading axis.") from None
     if stats is None:
         stats = collect_stats(p, feeds, bins=cfg.bins, progress=progress)
-    q = quantize_graph(p, encodings(stats, cfg), cfg)
+    tq = encodings(stats, cfg)
+    share_concat_encodings(p, tq)
+    q = quantize_graph(p, tq, cfg)
     if cfg.bias_correction:
         from hwc.quant.biascorr import correct_biases
 

@@ -251,3 +251,45 @@ def test_quantization_is_deterministic():
     xs = zoo.random_inputs(m, 16, seed=1)
     a, b = (graph_to_files(quantize(g, xs, QuantConfig(bias_correction=True))) for _ in range(2))
     assert a == b
+
+
+def _branches_model() -> onnx.ModelProto:
+    """Two convolution branches (3x3 + ReLU, 1x1) off one input, concatenated, then a 3x3 convolution."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    w = {k: numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), k)
+         for k, s in (("wa", (8, 4, 3, 3)), ("wb", (8, 4, 1, 1)), ("wc", (6, 16, 3, 3)))}
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["ra"]),
+             helper.make_node("Conv", ["x", "wb"], ["b"]),
+             helper.make_node("Concat", ["ra", "b"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "wc"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 6, 6])], list(w.values()))
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_concat_inputs_made_by_convolutions_take_the_concat_encoding(monkeypatch):
+    """Each branch's convolution requantizes straight to the Concat's scale and zero point: no QRequant, and no
+    worse than requantizing twice (measured: SQNR 34.5 dB shared, 34.0 dB with the second requantization)."""
+    import hwc.quant.quantize as qz
+
+    m = _branches_model()
+    g = import_onnx(m)
+    rng = np.random.default_rng(1)
+    calib = {"x": rng.standard_normal((32, 1, 4, 6, 6)).astype(np.float32)}
+    want = run_batched(g, calib)["y"]
+    q = quantize(g, calib, QuantConfig(method="minmax"))
+    assert "QRequant" not in q.op_counts() and "Concat" in q.op_counts()
+    cat = next(n for n in q.nodes if n.op == "Concat")
+    enc = [(float(q.values[v].quant.scale), int(q.values[v].quant.zero_point)) for v in cat.inputs + cat.outputs]
+    assert len(set(enc)) == 1, enc
+    shared = sqnr_db(want, run_batched(q, calib)["y"])
+    monkeypatch.setattr(qz, "share_concat_encodings", lambda g, tq: 0)
+    q2 = quantize(g, calib, QuantConfig(method="minmax"))
+    assert q2.op_counts().get("QRequant") == 2
+    twice = sqnr_db(want, run_batched(q2, calib)["y"])
+    assert shared >= twice - 0.1, (shared, twice)
+    print(f"SQNR shared {shared:.1f} dB, requantized twice {twice:.1f} dB")
