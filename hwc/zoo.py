@@ -240,6 +240,25 @@ def fc_autoencoder(seed: int = 0, batch: int = 1) -> onnx.ModelProto:
     return b.finish([batch, 640], x, [batch, 640])
 
 
+def squeezenet_fire(seed: int = 0) -> onnx.ModelProto:
+    """SqueezeNet-shaped (fire modules, the concatenating kind of CNN), 1x3x32x32 -> 10: Conv 3x3 stride 2 (32) +
+    ReLU; fire(16, 32) x2 at 16x16; MaxPool 2; fire(32, 64) x2 at 8x8; Conv 1x1 (10) + ReLU; GlobalAveragePool;
+    Flatten. A fire(s, e) module: squeeze Conv 1x1 (s) + ReLU, then expand Conv 1x1 (e) + ReLU beside expand
+    Conv 3x3 pad 1 (e) + ReLU, concatenated along the channels (2e)."""
+    b = _Builder("squeezenet_fire", seed)
+    x = b.relu(b.conv("input", 3, 32, (3, 3), stride=2, pads=(1, 1, 1, 1)))
+    cin = 32
+    for sq, ex, pool in ((16, 32, False), (16, 32, True), (32, 64, False), (32, 64, False)):
+        s = b.relu(b.conv(x, cin, sq, (1, 1)))
+        x = b.node("Concat", [b.relu(b.conv(s, sq, ex, (1, 1))), b.relu(b.conv(s, sq, ex, (3, 3), pads=(1, 1, 1, 1)))],
+                   axis=1)
+        cin = 2 * ex
+        if pool:
+            x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = b.node("GlobalAveragePool", [b.relu(b.conv(x, cin, 10, (1, 1)))])
+    return b.finish([1, 3, 32, 32], b.flatten(x), [1, 10])
+
+
 # ---- small models for fast tests ---------------------------------------------------------
 def small_mlp(seed: int = 0) -> onnx.ModelProto:
     """64 -> Gemm 32 + ReLU -> Gemm 10 (weights [in, out], transB=0), 1x64 -> 1x10."""
@@ -265,6 +284,7 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
     "ds_cnn": ds_cnn,
     "mobilenet_v1_025": mobilenet_v1_025,
     "fc_autoencoder": fc_autoencoder,
+    "squeezenet_fire": squeezenet_fire,
     "small_mlp": small_mlp,
     "small_cnn": small_cnn,
 }

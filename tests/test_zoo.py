@@ -45,6 +45,11 @@ MACS = {
     "mobilenet_v1_025": 7_489_664,
     # 640*128 + 3*128*128 + 128*8 + 8*128 + 3*128*128 + 128*640.
     "fc_autoencoder": 264_192,
+    # conv1 16*16*32*3*9 = 221,184; fire(16, 32) at 16x16 from 32 channels: squeeze 256*16*32 = 131,072, expand
+    # 1x1 256*32*16 = 131,072, expand 3x3 256*32*16*9 = 1,179,648 (1,441,792); from 64: squeeze 262,144
+    # (1,572,864); fire(32, 64) at 8x8 from 64: 64*32*64 = 131,072 + 64*64*32 = 131,072 + 64*64*32*9 = 1,179,648
+    # (1,441,792); from 128: squeeze 262,144 (1,572,864); conv 1x1 64*10*128 = 81,920.
+    "squeezenet_fire": 6_332_416,
     # 64*32 + 32*10.
     "small_mlp": 2_368,
     # conv1 4*8*8*1*9 = 2,304; conv2 8*4*4*4*9 = 4,608; Gemm 128*10 = 1,280.
@@ -62,15 +67,17 @@ OP_COUNTS = {
     "mobilenet_v1_025": {"Conv": 27, "BatchNormalization": 27, "Clip": 27,
                          "GlobalAveragePool": 1, "Flatten": 1, "Gemm": 1, "Softmax": 1},
     "fc_autoencoder": {"Gemm": 10, "BatchNormalization": 9, "Relu": 9},
+    # conv1 + 4 fire modules x 3 convs + conv 1x1, each followed by a ReLU.
+    "squeezenet_fire": {"Conv": 14, "Relu": 14, "Concat": 4, "MaxPool": 1, "GlobalAveragePool": 1, "Flatten": 1},
     "small_mlp": {"Gemm": 2, "Relu": 1},
     "small_cnn": {"Conv": 2, "Relu": 2, "MaxPool": 1, "Flatten": 1, "Gemm": 1},
 }
 
 IN_SHAPES = {"resnet8": (1, 3, 32, 32), "ds_cnn": (1, 1, 49, 10),
              "mobilenet_v1_025": (1, 3, 96, 96), "fc_autoencoder": (1, 640),
-             "small_mlp": (1, 64), "small_cnn": (1, 1, 8, 8)}
+             "squeezenet_fire": (1, 3, 32, 32), "small_mlp": (1, 64), "small_cnn": (1, 1, 8, 8)}
 OUT_SHAPES = {"resnet8": (1, 10), "ds_cnn": (1, 12), "mobilenet_v1_025": (1, 2),
-              "fc_autoencoder": (1, 640), "small_mlp": (1, 10), "small_cnn": (1, 10)}
+              "fc_autoencoder": (1, 640), "squeezenet_fire": (1, 10), "small_mlp": (1, 10), "small_cnn": (1, 10)}
 
 N_SAMPLES = 3
 

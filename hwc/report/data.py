@@ -31,6 +31,7 @@ OTHER = "(I/O, parameters)"
 # ---- tile: from the schedule and its model run ---------------------------------------------------
 def add_tile_data(report: dict, target: dict, plan, prog, res) -> None:
     """Per-layer shapes/events/bytes, the timeline and the ACT buffers, into a tile report."""
+    from hwc.tile.layers import reads
     n = target["array"]["rows"]
     owner = ev.weight_load_owner(prog.program, prog.insn_layer, n, target["scratchpad"]["wgt_bank_blocks"])
     layer_ev, other_ev = ev.tile_events(prog.program, owner, len(prog.layers), target)
@@ -38,7 +39,7 @@ def add_tile_data(report: dict, target: dict, plan, prog, res) -> None:
     for entry in report["layers"]:
         layer = plan.layers[index[entry["name"]]]
         e = layer_ev[index[entry["name"]]]
-        srcs = [layer.a, layer.b] if hasattr(layer, "a") else [layer.src]
+        srcs = reads(layer)
         entry["in_shapes"] = [list(plan.tensors[s].graph_shape) for s in srcs]
         entry["out_shape"] = list(plan.tensors[layer.dst].graph_shape)
         entry["events"] = e

@@ -283,6 +283,7 @@ def band_chain(g: Graph, names: list[str], bands: int, dw_post: bool = False, ax
         del g.values[node.outputs[0]]
     cat = g.make_node("Concat", parts, {"axis": axis}, name=g.fresh(f"{names[-1]}.bands"),
                       outputs=[g.fresh(out + ".cat")], index=at + len(new))
+    g.metadata["tile_seams"] = [*g.metadata.get("tile_seams", []), cat.name]   # (the host's: `layers.partition`)
     # the Concat writes the last node's old output name: rename its fresh output back
     v = g.values.pop(cat.outputs[0])
     v.name, v.quant = out, g.values[out].quant
@@ -347,6 +348,7 @@ def split_channels(g: Graph, name: str, groups: int, lanes: int) -> list[str]:
         parts.append(part.outputs[0])
     cat = g.make_node("Concat", parts, {"axis": 1}, name=g.fresh(f"{name}.groups"), outputs=[g.fresh(out + ".cat")],
                       index=at + len(new))
+    g.metadata["tile_seams"] = [*g.metadata.get("tile_seams", []), cat.name]   # (the host's: `layers.partition`)
     v = g.values.pop(cat.outputs[0])   # (the Concat writes the node's old output name)
     v.name, v.quant = out, g.values[out].quant
     g.values[out] = v

@@ -44,6 +44,7 @@ from hwc.tile.layers import (
     DWS_OF,
     MAX_PHASES,
     AddLayer,
+    ConcatLayer,
     ConvLayer,
     GapLayer,
     MaxPoolLayer,
@@ -195,6 +196,8 @@ class Codegen:
         # slot): ResNet-8 201,293 -> 200,348 cycles on tile8x8, 17,398 -> 17,126 on tile32x32; DS-CNN tile32x32
         # 5,346 -> 5,234; MobileNet tile32x32 26,319 -> 26,065 (tile8x8 134,701 -> 134,826: its smaller tiles).
         self.folds: dict[str, int] = {}   # v2: conv layer name -> its fold (`_fold_width`)
+        self._concat_candidates: list[ConcatLayer] = []
+        self.in_place: dict[str, ConcatLayer] = {}   # Concats their parts' producers write (`_alias_concats`)
         widest = max((plan.tensors[layer.dst].w for layer in plan.layers if isinstance(layer, ConvLayer)), default=0)
         self.acc_slots = 3 if widest <= self.acc_lines // 3 else 2
         self.bank_blocks, self.param_entries = sp["wgt_bank_blocks"], sp["param_entries"]
@@ -376,7 +379,8 @@ class Codegen:
 
     def _param_beats(self) -> int:
         """About the beats of all the params (one entry per output block of every layer that post-processes)."""
-        blocks = sum(self.tensor(layer.dst).cb for layer in self.plan.layers if not isinstance(layer, MaxPoolLayer))
+        blocks = sum(self.tensor(layer.dst).cb for layer in self.plan.layers
+                     if not isinstance(layer, MaxPoolLayer | ConcatLayer))
         return blocks * self.peb
 
     def compute(self, g: Group, opcode: Op, needs=(), wait: Wait = Wait.NONE, region=None, drip: bool = True,
@@ -550,6 +554,8 @@ class Codegen:
                 floor[layer.dst] = layer.attrs.get("lo", INT8_MIN)
             elif isinstance(layer, MaxPoolLayer):
                 floor[layer.dst] = floor.get(layer.src, INT8_MIN)
+            elif isinstance(layer, ConcatLayer):
+                floor[layer.dst] = min(floor.get(x, INT8_MIN) for x in layer.srcs)
         for layer in self.plan.layers:
             if isinstance(layer, ConvLayer):
                 t = self.tensor(layer.src)
@@ -572,9 +578,33 @@ class Codegen:
                     t.pads[1] = max(t.pads[1], layer.pads[1])   # (the temporaries hold windows from column -pl)
                     continue
                 t.need_pads(layer.pads, INT8_MIN, layer.name, serves)
+        concats = [layer for layer in self.plan.layers if isinstance(layer, ConcatLayer)]
+        made = {layer.dst: layer for layer in self.plan.layers}
+        parts = [p for layer in concats for p in layer.srcs]
+        # Concats whose parts' producers may write the output in place (`_alias_concats`): every part made by a tile
+        # layer other than a Concat, read here only once and by no other Concat, not a segment input or output
+        self._concat_candidates = [
+            layer for layer in concats
+            if all(p in made and not isinstance(made[p], ConcatLayer) and parts.count(p) == 1
+                   and p not in self.plan.inputs and p not in self.plan.outputs for p in layer.srcs)]
         changed = True
-        while changed:  # residual operands and their output share one geometry
+        while changed:  # residual operands and their output share one geometry; so do in-place Concats' parts
             changed = False
+            for layer in list(self._concat_candidates):
+                ts = [self.tensor(p) for p in layer.srcs] + [self.tensor(layer.dst)]
+                fills = {t.fill for t in ts if t.fill is not None}
+                if len(fills) > 1:   # (one halo value for every part: else copies)
+                    self._concat_candidates.remove(layer)
+                    continue
+                for k in range(4):
+                    m = max(t.pads[k] for t in ts)
+                    for t in ts:
+                        if t.pads[k] != m:
+                            t.pads[k] = m
+                            changed = True
+                for t in ts:
+                    if fills and t.fill is None:
+                        t.fill, changed = next(iter(fills)), True
             for layer in self.plan.layers:
                 if isinstance(layer, AddLayer):
                     ts = [self.tensor(layer.a), self.tensor(layer.b), self.tensor(layer.dst)]
@@ -589,6 +619,28 @@ class Codegen:
                             t.fill = t.zp
         for t in self.plan.tensors.values():
             t.share_pad_column()
+
+    def _alias_concats(self) -> dict[str, ConcatLayer]:
+        """Concats whose parts' producers write the output in place: each part is the output's channel blocks from
+        its first on (TileTensor.whole, cb0; it lives as long as the output, `plan_act`), so the Concat costs no
+        instruction. A candidate (`assign_geometry`: the parts and the output given one geometry and halo) whose
+        geometry still differs (a pad column shared by one and not another), whose part a PPU.dw writes or a folded
+        convolution computes, keeps its VEC copies (`emit_concat`)."""
+        out = {}
+        mids = {self.plan.layers[i].dst for i in self.fused_dws} | {dw.dst for dw in self.fused_dws.values()}
+        folded = {layer.dst for layer in self.plan.layers if layer.name in self.folds}
+        for layer in self._concat_candidates:
+            o = self.tensor(layer.dst)
+            ts = [self.tensor(p) for p in layer.srcs]
+            geo = lambda t: (t.pads, t.tail, t.h, t.w, t.s2d, t.fill, t.n)   # noqa: E731
+            if any(geo(t) != geo(o) or t.name in mids or t.name in folded for t in ts) or o.s2d != 1:
+                continue
+            first = 0
+            for t in ts:
+                t.whole, t.cb0 = o.name, first
+                first += t.cb
+            out[layer.name] = layer
+        return out
 
     # ---- 2. ACT memory plan ---------------------------------------------------------------
     def _fold_width(self, i: int, layer) -> int | None:
@@ -727,6 +779,11 @@ class Codegen:
         ends = {i + 1: i + 2 for i in self.pool_spill}
         mids = {self.plan.layers[i].dst for i in self.fused_dws}   # (PPU.dw: never written)
         first = {k: v for k, v in first.items() if k not in mids}
+        for layer in self.in_place.values():   # (its parts are its lines: one buffer from the first part's writes)
+            first[layer.dst] = min(first[p] for p in [layer.dst, *layer.srcs])
+            last[layer.dst] = max(last[p] for p in [layer.dst, *layer.srcs])
+            for p in layer.srcs:
+                del first[p]
         ivs = [Interval(n, self.tensor(n).lines, first[n], last[n]) for n in first]
         ivs += [Interval(t.name, t.lines, fused.get(step, step), ends.get(step, step)) for t, step in self.temps]
         offsets, how = plan_best(ivs, 1)
@@ -746,6 +803,10 @@ class Codegen:
             t.base = offsets[t.name]
         for n in first:
             self.tensor(n).base = offsets[n]
+        for layer in self.in_place.values():
+            o = self.tensor(layer.dst)
+            for p in layer.srcs:
+                self.tensor(p).base = o.base + self.tensor(p).cb0 * o.block_lines
         return {"peak_lines": need, "lower_bound_lines": lower_bound(ivs), "naive_lines": naive_total(ivs),
                 "act_lines": self.act_lines, "method": how,
                 "peak_bytes": need * self.n, "lower_bound_bytes": lower_bound(ivs) * self.n,
@@ -770,7 +831,7 @@ class Codegen:
                       for y in range(0, t.h - 1, step)]
             spans.append((t.line(cb, t.h - 1, t.w), pr + pb * t.wp + t.tail, 1, t.h - 1,
                           t.h + pb))
-            runs += [((t.name, cb, y0, y1), addr, count, t.fill & 0xFF, rows, t.wp)
+            runs += [(t.region(cb, y0, y1), addr, count, t.fill & 0xFF, rows, t.wp)
                      for addr, count, rows, y0, y1 in spans if count]
         return runs
 
@@ -906,7 +967,7 @@ class Codegen:
                 for x0, x1, e in pieces:   # a shifted output's edge columns first (docs/tile-v2.md)
                     f = fields if len(pieces) == 1 else dict(fields, acc=fields["acc"] + x0, n_inner=x1 - x0)
                     line = out.line(ob, 0, w0 * fold + x0) if fold else out.line(ob, w0, x0)
-                    self.compute(g, Op.PPU, region=(out.name, ob, *real(w0, w1)), out=line, param=e, lag=lag, **f)
+                    self.compute(g, Op.PPU, region=out.region(ob, *real(w0, w1)), out=line, param=e, lag=lag, **f)
                 if self.layer in self.fused_adds:
                     def add(g, oy0=oy0, rows=rows, ob=ob):
                         self.emit_add(self.fused_adds[self.layer], loads, cbs=[ob], rows=(oy0, rows))
@@ -937,7 +998,7 @@ class Codegen:
                     post(g, lag)
                     self.layer, self._halo_pending = now, pending
                 self._later_post = across
-                self._later_region = (dst.name if fdw is None else fdw.dst, ob, *real(w0, w1))
+                self._later_region = (dst if fdw is None else self.tensor(fdw.dst)).region(ob, *real(w0, w1))
             else:
                 if last and self.post_unit:
                     # channel block 0's output halo runs while the array drains (when this last PPU writes
@@ -954,7 +1015,7 @@ class Codegen:
         written = self.fused_adds[self.layer].dst if self.layer in self.fused_adds else \
             dst.name if fdw is None else fdw.dst
         w0, w1 = (oy0, oy0 + rows) if fdw is None else bands[-1][3]
-        self._tail = ((written, (cbo - 1) // phases, *real(w0, w1)), self._tile_cost(layer, rows)[1])
+        self._tail = (self.tensor(written).region((cbo - 1) // phases, *real(w0, w1)), self._tile_cost(layer, rows)[1])
 
     def _dw_bands(self, layer: ConvLayer, fdw: ConvLayer, taps: list[tuple], blocks: int, mode: str) -> list[tuple]:
         """PPU.dw (`fdw` after `layer`): the depthwise layer's input rows in bands, each band's pixel tile with the
@@ -1145,7 +1206,7 @@ class Codegen:
         (sh, sw), (dh, dw), (pt, pl) = layer.strides, layer.dilations, layer.pads[:2]
         if mode == "cols":  # down the columns: line j of column ox is input row y0 + j * si
             y0 = oy0 * sh + off
-            return dict(region=(src.name, cib, y0, y0 + (rows + skip - 1) * si + 1),
+            return dict(region=src.region(cib, y0, y0 + (rows + skip - 1) * si + 1),
                         act=src.line(cib, y0, kk * dw - pl), n_outer=wo, n_inner=rows + skip, act_so=sw,
                         act_si=si * src.wp, acc_so=rows, acc_si=1)
         if mode == "pitch2":  # phase `off` of the columns: every padded row, every other column, pitch = phase cols
@@ -1153,7 +1214,7 @@ class Codegen:
             n_rows, q = self._pitch2_lines(layer, rows)[0], self._phase_cols(layer, 0)
             y0 = oy0 * sh - pt
             last = max(range(a, kw, 2))   # the phase's last tap column: output (y, x) at its line
-            return dict(region=(src.name, cib, y0, y0 + n_rows), act=src.line(cib, y0, a - pl), n_outer=n_rows,
+            return dict(region=src.region(cib, y0, y0 + n_rows), act=src.line(cib, y0, a - pl), n_outer=n_rows,
                         n_inner=self._phase_cols(layer, a), act_so=src.wp, act_si=2, acc_so=q, acc_si=1, dwp=1,
                         acc_off=(kw - 1) // 2 - last // 2)
         if mode == "pcols":  # GEMM.dwp down the columns (kk = -2), then "cols" GEMMs into its output lines
@@ -1161,7 +1222,7 @@ class Codegen:
             kx0, y0 = self._pcols_first(layer), oy0 - pt
             lines, pitch = self._pcols_lines(layer, rows)
             if kk == -2:
-                return dict(region=(src.name, cib, y0, y0 + pitch), act=src.line(cib, y0, kx0 - pl),
+                return dict(region=src.region(cib, y0, y0 + pitch), act=src.line(cib, y0, kx0 - pl),
                             n_outer=lines // pitch, n_inner=pitch, act_so=1, act_si=src.wp, acc_so=pitch, acc_si=1,
                             dwp=1)
             f = self._gemm_fields(layer, "cols", oy0, rows, kk, off, cib, skip, si)
@@ -1172,33 +1233,33 @@ class Codegen:
             e = self._pitch_shift(layer, mode)
             if kk == -1:
                 n_rows = (rows - 1) * sh + (kh - 1) * dh + 1 + (mode == "pitch+")
-                return dict(region=(src.name, cib, y0, y0 + n_rows), act=src.line(cib, y0, -pl) + e, n_outer=n_rows,
+                return dict(region=src.region(cib, y0, y0 + n_rows), act=src.line(cib, y0, -pl) + e, n_outer=n_rows,
                             n_inner=src.wp, act_so=src.wp, act_si=1, acc_so=src.wp, acc_si=1, dwp=1)
             if kk == -4:  # the first outputs of the first row for masked tap (0, off): their input line, a pad
                 kx = off
-                return dict(region=(src.name, cib, y0, y0 + 1), act=src.line(cib, y0, kx * dw - pl), n_outer=1,
+                return dict(region=src.region(cib, y0, y0 + 1), act=src.line(cib, y0, kx * dw - pl), n_outer=1,
                             n_inner=min(wo, -(-(e - kx * dw) // sw)), act_so=0, act_si=sw, acc_so=0, acc_si=sw,
                             acc_off=(kh - 1) * dh * src.wp + (kw - 1) * dw - e)
             # a tap the row buffers do not reach: a diagonal block over the outputs' inputs, accumulated
             # into the lines where the row-buffer GEMM leaves each output (its last tap's line)
             ky, kx = kk, off
-            return dict(region=(src.name, cib, y0 + ky * dh, y0 + ky * dh + (rows - 1) * sh + 1),
+            return dict(region=src.region(cib, y0 + ky * dh, y0 + ky * dh + (rows - 1) * sh + 1),
                         act=src.line(cib, y0 + ky * dh, kx * dw - pl), n_outer=rows, n_inner=wo, act_so=sh * src.wp,
                         act_si=sw, acc_so=sh * src.wp, acc_si=sw,
                         acc_off=(kh - 1) * dh * src.wp + (kw - 1) * dw - e)
         if mode == "image":  # the padded rows in one stream: every tap is a fixed distance back
             y0 = oy0 * sh - pt
-            return dict(region=(src.name, cib, y0, y0 + (rows - 1) * sh + (layer.weight.shape[2] - 1) * dh + 1),
+            return dict(region=src.region(cib, y0, y0 + (rows - 1) * sh + (layer.weight.shape[2] - 1) * dh + 1),
                         act=src.line(cib, y0, -pl), n_outer=1, n_inner=self._image_lines(layer, rows), act_so=0,
                         act_si=1, acc_so=0, acc_si=1)
         fold = self.folds.get(layer.name)
         if fold:   # fold rows oy0 .. oy0 + rows - 1 of one row (`_fold_width`): each one's inputs sw * fold lines on
             x0 = off + oy0 * fold * sw   # (`cols`: the columns it reads, for a one-row input's LOAD chunks)
-            return dict(region=(src.name, cib, 0, 1), act=src.line(cib, 0, x0), n_outer=rows, n_inner=fold + skip,
+            return dict(region=src.region(cib, 0, 1), act=src.line(cib, 0, x0), n_outer=rows, n_inner=fold + skip,
                         act_so=fold * sw, act_si=si, acc_so=fold, acc_si=1,
                         cols=(x0, x0 + (rows - 1) * fold * sw + (fold + skip - 1) * si + 1))
         y0 = oy0 * sh + kk * dh - pt
-        return dict(region=(src.name, cib, y0, y0 + (rows - 1) * sh + 1), act=src.line(cib, y0, off),
+        return dict(region=src.region(cib, y0, y0 + (rows - 1) * sh + 1), act=src.line(cib, y0, off),
                     n_outer=rows, n_inner=wo + skip, act_so=sh * src.wp, act_si=si, acc_so=wo, acc_si=1)
 
     def _ppu_fields(self, layer: ConvLayer, mode: str, acc: int, rows: int) -> dict:
@@ -1559,7 +1620,7 @@ class Codegen:
         # the output blocks' accumulator lines start at zero: one GEMM of a zero block writes them all (the sums
         # below add every line into one accumulator line, reset=0; MobileNetV1-0.25 tile32x32: 8 GEMMs of one
         # line, 10 cycles each, before)
-        self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, 0, 0, 1),
+        self.compute(g, Op.GEMM, needs=needs_in, region=src.region(0, 0, 1),
                      wblk=g.block(zero_b), act=src.line(0, 0, 0), acc=acc, n_outer=1,
                      n_inner=dst.cb, act_so=0, act_si=0, acc_so=0, acc_si=1, reset=1)
         runs = []
@@ -1568,14 +1629,14 @@ class Codegen:
                 if (ob, ib) in blocks:
                     y = split.get(ib, 0)
                     runs += [(ob, ib, y0, y1) for y0, y1 in ((0, y), (y, src.h)) if y1 > y0]
-        runs.sort(key=lambda r: _overlaps((src.name, r[1], r[2], r[3]), tail[0]) if tail else False)
+        runs.sort(key=lambda r: _overlaps(src.region(r[1], r[2], r[3]), tail[0]) if tail else False)
         for ob, ib, y0, y1 in runs:
-            self.compute(g, Op.GEMM, needs=needs_in, region=(src.name, ib, y0, y1), wblk=g.block(blocks[ob, ib]),
+            self.compute(g, Op.GEMM, needs=needs_in, region=src.region(ib, y0, y1), wblk=g.block(blocks[ob, ib]),
                          act=src.line(ib, y0, 0), acc=acc + ob, n_outer=y1 - y0, n_inner=src.w, act_so=src.wp,
                          act_si=1, acc_so=0, acc_si=0, reset=0)
         entry = self.param(np.full(n, layer.bias), np.full(n, layer.mult), np.full(n, layer.shift), layer.z_out,
                            layer.lo, layer.hi)
-        self.compute(g, Op.PPU, region=(dst.name, None, 0, 1), acc=acc, out=dst.line(0, 0, 0), n_outer=1,
+        self.compute(g, Op.PPU, region=dst.region(None, 0, 1), acc=acc, out=dst.line(0, 0, 0), n_outer=1,
                      n_inner=dst.cb, acc_so=0, acc_si=1, out_so=0, out_si=dst.block_lines, param=entry)
         self._next_acc()
 
@@ -1593,9 +1654,23 @@ class Codegen:
         runs = [(y0, nrows)] if a.wp == b.wp else [(y, 1) for y in range(y0, y0 + nrows)]
         for cb in (cbs if cbs is not None else range(a.cb)):
             for y, k in runs:
-                self.compute(g, Op.VEC, needs=needs, region=(o.name, cb, y, y + k), halos=False, op=int(VecOp.ADD),
+                self.compute(g, Op.VEC, needs=needs, region=o.region(cb, y, y + k), halos=False, op=int(VecOp.ADD),
                              a=a.line(cb, y, 0), b=b.line(cb, y, 0), out=o.line(cb, y, 0), n_outer=k,
                              n_inner=a.w, in_so=a.wp, in_si=1, out_so=o.wp, out_si=1, param=entry)
+
+    def emit_concat(self, layer: ConcatLayer, loads: dict) -> None:
+        """Concat along the channels on VEC: each part's channel blocks copied (a max of a line with itself) into
+        the output's blocks from the part's first one on, a VEC per block over its rows (pixels only: the output's
+        halo is its own FILLs'). Every part but the last has a multiple of N channels (`concat_why_not`)."""
+        o, g = self.tensor(layer.dst), self.last()
+        first = 0
+        for name in layer.srcs:
+            t = self.tensor(name)
+            for cb in range(t.cb):
+                self.compute(g, Op.VEC, needs=tuple(loads.get(name, ())), region=o.region(first + cb, 0, o.h),
+                             op=int(VecOp.MAX), a=t.line(cb, 0, 0), b=t.line(cb, 0, 0), out=o.line(first + cb, 0, 0),
+                             n_outer=t.h, n_inner=t.w, in_so=t.wp, in_si=1, out_so=o.wp, out_si=1, param=0)
+            first += t.cb
 
     def emit_maxpool(self, layer: MaxPoolLayer, loads: dict, temps: dict, cbs=None, out_rows=None,
                      sink=None, out_cols=None) -> None:
@@ -1648,7 +1723,7 @@ class Codegen:
                     x = o0 * sw - pl
                     chain(lambda kx, x=x, cb=cb, yf=yf: src.line(cb, yf, x + kx), u.line(0, yf, x),
                           dst.line(cb, r0, o0), (a, b), r1 - r0, o1 - o0, sh * src.wp, sw, dst.wp, 1,
-                          (u.name, 0, yf, yf + (r1 - r0 - 1) * sh + 1), (dst.name, cb, r0, r1))
+                          (u.name, 0, yf, yf + (r1 - r0 - 1) * sh + 1), dst.region(cb, r0, r1))
                 continue
             # horizontal: u[y, x] = max over kx of src[y, x*sw - pl + kx] (stored at column x*sw - pl), for
             # the rows the vertical pass reads
@@ -1666,7 +1741,7 @@ class Codegen:
                 y, x = o0 * sh - pt, -pl
                 chain(lambda ky, y=y, t=hsrc, hb=hb, x=x: t.line(hb, y + ky, x), v and v.line(0, y + a, x),
                       dst.line(cb, o0, 0), (a, b), o1 - o0, wo, sh * src.wp, sw, dst.wp, 1,
-                      v and (v.name, 0, y0, y1 + 1), (dst.name, cb, o0, o1))
+                      v and (v.name, 0, y0, y1 + 1), dst.region(cb, o0, o1))
 
     # ---- 4. the program -----------------------------------------------------------------------
     def run(self) -> TileProgram:
@@ -1699,6 +1774,7 @@ class Codegen:
         self._pool_temps, self._pool_rows, self._pool_done = temps, {}, {}
         self.folds = {layer.name: w for i, layer in enumerate(plan.layers)
                       if (w := self._fold_width(i, layer)) is not None}
+        self.in_place = self._alias_concats()
         try:
             act = self.plan_act()
         except ActOverflow:
@@ -1744,8 +1820,8 @@ class Codegen:
                     self._halo_pending.append(self.tensor(self.fused_adds[i].dst))
                 if i in self.fused_pools:
                     self._halo_pending.append(self.tensor(self.fused_pools[i].dst))
-            elif not (isinstance(layer, AddLayer) and (i - 1) in self.fused_adds):
-                self.fill_halo(self.last(), self.tensor(layer.dst))
+            elif not (isinstance(layer, AddLayer) and (i - 1) in self.fused_adds) and layer.name not in self.in_place:
+                self.fill_halo(self.last(), self.tensor(layer.dst))   # (an in-place Concat's halo: its parts')
             fused_add = isinstance(layer, AddLayer) and (i - 1) in self.fused_adds
             if not isinstance(layer, (ConvLayer, GapLayer)) and not fused_add:
                 self._tail = None   # (a conv or global pool reads it: `_stagger`, `emit_gap`)
@@ -1758,11 +1834,15 @@ class Codegen:
                     self.emit_add(layer, loads)
             elif isinstance(layer, MaxPoolLayer):
                 self.emit_maxpool(layer, loads, temps)
+            elif isinstance(layer, ConcatLayer) and layer.name not in self.in_place:
+                self.emit_concat(layer, loads)
             rec = {"name": layer.name, "op": layer.op, "macs": layer.macs, "groups": [start_group, len(self.groups)]}
             if i in self.fused_dws:   # (its PPU.dw computes the depthwise layer after it: its MACs too)
                 rec.update(macs=layer.macs + self.fused_dws[i].macs, dw_post=self.fused_dws[i].name)
             if layer.name in self.folds:   # (its one row computed as rows of this many pixels: `_fold_width`)
                 rec["fold"] = self.folds[layer.name]
+            if layer.name in self.in_place:   # (its parts' producers wrote it: no instruction)
+                rec["in_place"] = True
             layer_records.append(rec)
         self.flush_fills()
         self.layer = -1

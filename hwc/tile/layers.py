@@ -55,6 +55,10 @@ class TileTensor:
     w0: int = 0                                # stacked: the unstacked width
     tail: int = 0                              # lines after each channel block's grid (`share_pad_column`)
     fill_reader: str = ""                      # the layer whose padding set `fill`
+    # a part of a Concat whose producers write the output in place (`Codegen._alias_concats`): the output's name
+    # and the first channel block of it this tensor is (the hazard regions name the output's lines)
+    whole: str = ""
+    cb0: int = 0
 
     @property
     def cb(self) -> int:
@@ -87,6 +91,13 @@ class TileTensor:
         if 0 < pr <= self.pads[1] and self.s2d == 1 and self.fill == self.zp:
             self.pads[3] = 0
             self.tail = pr
+
+    def region(self, cb: int | None, y0: int, y1: int) -> tuple:
+        """The hazard region (tensor, channel block or None for every block, first row, end row) of rows [y0, y1)
+        of channel block cb: for a part of a Concat written in place, the Concat output's lines."""
+        if not self.whole:
+            return (self.name, cb, y0, y1)
+        return (self.whole, None if cb is None else self.cb0 + cb, y0, y1)
 
     def line(self, cb: int, y: int, x: int) -> int:
         """ACT line of channel block cb at (y, x) of the unpadded tensor (may be in the halo)."""
@@ -173,7 +184,18 @@ class MaxPoolLayer:
     macs: int = 0
 
 
-Layer = ConvLayer | GapLayer | AddLayer | MaxPoolLayer
+@dataclass(eq=False)
+class ConcatLayer:
+    """A Concat along the channels: VEC copies of each part's channel blocks into the output's (a part's channels
+    start on a block boundary: every part but the last has a multiple of N channels; `concat_why_not`)."""
+    name: str
+    srcs: list[str]
+    dst: str
+    op: str = "Concat"
+    macs: int = 0
+
+
+Layer = ConvLayer | GapLayer | AddLayer | MaxPoolLayer | ConcatLayer
 
 
 @dataclass
@@ -203,10 +225,27 @@ def copy_plan(plan: TilePlan) -> TilePlan:
 
 
 # ---- partition ----------------------------------------------------------------------------------
-TILE_OPS = {"QConv", "QGemm", "QAdd", "QAvgPool", "QGlobalAvgPool", "QRequant", "MaxPool", "Reshape", "Identity"}
+TILE_OPS = {"QConv", "QGemm", "QAdd", "QAvgPool", "QGlobalAvgPool", "QRequant", "MaxPool", "Reshape", "Identity",
+            "Concat"}
 
 
-def _why_not(g: Graph, n: Node) -> str | None:
+def concat_why_not(g: Graph, n: Node, n_lanes: int) -> str | None:
+    """None when the tile can run Concat node n (VEC copies of whole channel blocks), else why not."""
+    types = [g.type(i) for i in n.inputs]
+    out = g.type(n.outputs[0])
+    if any(t.dtype != "int8" for t in types):
+        return "a Concat of float32 tensors (the tile computes int8)"
+    if out.rank != 4 or out.shape[0] != 1 or n.attrs["axis"] != 1:
+        return f"a Concat along axis {n.attrs['axis']} of rank-{out.rank} tensors (the tile concatenates the " \
+               f"channels of [1, C, H, W] images)"
+    odd = [(i, t.shape[1]) for i, t in zip(n.inputs, types[:-1]) if t.shape[1] % n_lanes]
+    if odd:
+        return (f"input {odd[0][0]!r} has {odd[0][1]} channels, not a multiple of the tile's {n_lanes} lanes: its "
+                f"copies would need lanes shifted within a line (only the last input may end mid-block)")
+    return None
+
+
+def _why_not(g: Graph, n: Node, n_lanes: int = 0) -> str | None:
     """None when the tile can run node n, else the reason it cannot."""
     if n.op not in TILE_OPS:
         kept = next((r for r in g.metadata.get("quant", {}).get("nodes", []) if r.get("node") == n.name
@@ -217,6 +256,8 @@ def _why_not(g: Graph, n: Node) -> str | None:
             return "a quantized activation as a 256-entry table (QLut): the tile has no table unit"
         return f"{n.op} has no tile implementation"
     t_in = g.type(n.inputs[0]) if n.inputs else None
+    if n.op == "Concat":
+        return concat_why_not(g, n, n_lanes)
     if t_in is not None and t_in.dtype != "int8":
         return f"input is {t_in.dtype}, the tile computes int8"
     if n.op in ("QConv", "MaxPool", "QAvgPool") and t_in.rank != 4:
@@ -267,11 +308,18 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
     reason for it is in `decisions` (the same list in every segment).
     """
     consumers = g.consumers()
+    band_nodes = g.metadata.get("tile_bands", {})   # band node -> {"of": the node it is a band of, "bands": count}
+    bands_of = {v: band_nodes[n.name] for n in g.nodes if n.name in band_nodes for v in n.inputs + n.outputs}
+    group_nodes = g.metadata.get("tile_groups", {})   # channel group node -> {"of": the node, "groups": count}
+    groups_of = {v: group_nodes[n.name] for n in g.nodes if n.name in group_nodes for v in n.inputs + n.outputs}
+    seams = set(g.metadata.get("tile_seams", ()))
     status = []
     for n in g.nodes:
-        why = _why_not(g, n)
+        why = _why_not(g, n, n_lanes)
         if why is None and n.op in ("Reshape", "Identity"):
             why = _free_reshape(g, n, consumers)
+        if why is None and n.name in seams:   # (the Concat of a layer's bands or channel groups: segments' seam,
+            why = "the Concat of bands or channel groups"   # which the host or the next LOADs join; reason below)
         status.append(why)
     # segments: runs of supported nodes that do real work (not only free reshapes)
     runs: list[list[int]] = []
@@ -292,15 +340,11 @@ def partition(g: Graph, n_lanes: int) -> list[TilePlan]:
                 "--target cpu or --target ref.", [n.name for n in g.nodes])
         raise UnsupportedError(
             "no layer of this model can run on the tile, which runs int8 2-d convolutions, fully connected layers, "
-            "pooling and residual adds; why not: " + "; ".join(
+            "pooling, residual adds and channel concatenations; why not: " + "; ".join(
                 f"node {n.name!r}: {s}" for n, s in zip(g.nodes, status) if s and n.op not in edge) +
             ". Build it for --target cpu (which runs every op hwc supports), or change those layers.",
             [n.name for n in g.nodes if n.op not in edge])
     on_tile = {i for r in runs for i in r}
-    band_nodes = g.metadata.get("tile_bands", {})   # band node -> {"of": the node it is a band of, "bands": count}
-    bands_of = {v: band_nodes[n.name] for n in g.nodes if n.name in band_nodes for v in n.inputs + n.outputs}
-    group_nodes = g.metadata.get("tile_groups", {})   # channel group node -> {"of": the node, "groups": count}
-    groups_of = {v: group_nodes[n.name] for n in g.nodes if n.name in group_nodes for v in n.inputs + n.outputs}
     decisions = []
     for i, n in enumerate(g.nodes):
         if i in on_tile:
@@ -469,6 +513,10 @@ def _layer(plan: TilePlan, n: Node, src, alias, n_lanes: int) -> Layer:
         p = a["pads"]
         return MaxPoolLayer(n.name, s, out.name, tuple(a["kernel_shape"]), tuple(a["strides"]),
                             (p[0], p[1], p[2], p[3]))
+    if n.op == "Concat":
+        parts = [src(i) for i in n.inputs]
+        out = _tensor(plan, n.outputs[0], n_lanes)
+        return ConcatLayer(n.name, parts, out.name)
     raise AssertionError(n.op)
 
 
@@ -653,9 +701,7 @@ def host_im2col(x: np.ndarray, how: dict) -> np.ndarray:
 
 
 def _layer_inputs(layer: Layer) -> list[str]:
-    if isinstance(layer, AddLayer):
-        return [layer.a, layer.b]
-    return [layer.src]
+    return reads(layer)
 
 
 # ---- thin tensors: several pixels per line (space-to-depth along W) ---------------------------
@@ -691,6 +737,8 @@ def reads(layer) -> list[str]:
     """The tensors a tile layer reads."""
     if isinstance(layer, AddLayer):
         return [layer.a, layer.b]
+    if isinstance(layer, ConcatLayer):
+        return list(layer.srcs)
     return [layer.src]
 
 
@@ -799,6 +847,8 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
     for layer in plan.layers:
         if isinstance(layer, MaxPoolLayer):
             fixed.update((layer.src, layer.dst))
+        elif isinstance(layer, ConcatLayer):   # (its VECs copy whole lines of one pixel each)
+            fixed.update((*layer.srcs, layer.dst))
     f = {name: 1 if name in fixed or len(t.graph_shape) != 4 else most_stacked(t.c, t.w, n_lanes)
          for name, t in plan.tensors.items()}
     # Every convolution needs an integer stride on the stacked input (sx * fo divisible by fi), residual
@@ -883,7 +933,7 @@ def _shifts(plan: TilePlan, f: dict[str, int], n_lanes: int, destack=frozenset()
     producer = {layer.dst: layer for layer in plan.layers}
     readers: dict[str, list] = {}
     for layer in plan.layers:
-        for name in ([layer.a, layer.b] if isinstance(layer, AddLayer) else [layer.src]):
+        for name in reads(layer):
             readers.setdefault(name, []).append(layer)
     ok = {name for name, t in plan.tensors.items()
           if f[name] > 1 and t.w > 1 and name not in plan.outputs and name not in plan.inputs

@@ -94,7 +94,7 @@ def tile_report(target: dict, plan: TilePlan, prog: TileProgram, res) -> dict:
             "instructions": int(len(idx)),
             "weight_load_cycles": round(wl),
             "weight_load_hidden": wh / wl if wl else 1.0,
-        } | {k: rec[k] for k in ("dw_post", "fused_into", "fold") if k in rec})
+        } | {k: rec[k] for k in ("dw_post", "fused_into", "fold", "in_place") if k in rec})
     macs = sum(layer.macs for layer in plan.layers)
     cycles = int(res.cycles)
     return {

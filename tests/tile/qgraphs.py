@@ -113,6 +113,12 @@ class QBuilder:
         _q(self.g, n.outputs[0], 0)
         return n.outputs[0]
 
+    def concat(self, *xs):
+        """Along the channels; the int8 codes as they are (the output takes the first input's zero point)."""
+        n = self.g.make_node("Concat", list(xs), {"axis": 1})
+        _q(self.g, n.outputs[0], int(self.g.values[xs[0]].quant.zero_point))
+        return n.outputs[0]
+
     def reshape(self, x, shape):
         n = self.g.make_node("Reshape", [x], {"shape": list(shape)})
         _q(self.g, n.outputs[0], int(self.g.values[x].quant.zero_point))

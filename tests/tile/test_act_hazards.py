@@ -300,3 +300,18 @@ def test_a_one_row_input_loads_in_column_chunks(target):
     assert len(loads) >= 4 and res.start[first] < max(res.end[k] for k in loads)
     bad = act_hazards(prog, res, t["scratchpad"]["act_lines"]) + post_hazards(prog, t)
     assert bad == [], bad[:5]
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32"])
+def test_no_act_hazards_around_a_channel_concat(target):
+    """The Concat's VEC copies, or its parts' PPUs writing it in place, against the GEMMs reading its output and the
+    halo FILLs (`test_schedule._random_concat_graph`)."""
+    from test_schedule import _random_concat_graph
+
+    t = load_target(target)
+    rng = np.random.default_rng(77)
+    for it in range(4):
+        g = _random_concat_graph(rng, QBuilder(seed=700 + it), t["array"]["rows"], shared=it % 2 == 1)
+        art = build_tile(g, t, hdl=False)
+        bad = _hazards(art, t)
+        assert bad == [], bad[:5]

@@ -539,3 +539,22 @@ def test_windows_of_a_thin_1d_first_layer_through_the_rtl():
     y = b.maxpool(b.conv(x, 16, k=(1, 80), stride=(1, 4), pads=[0, 39, 0, 40], relu=True), (1, 4), (1, 4))
     art = _through_the_tile8x8_rtl(b.output(b.conv(y, 8, k=(1, 3), pads=[0, 1, 0, 1])), seed=2)
     assert art.report["schedule"][0]["im2col"] == "windows" and art.report["layers"][0]["fold"]
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_channel_concat_through_the_rtl(in_place):
+    """An Inception-like block: a 3x3 and a 1x1 branch and a stride-1 max pool off one tensor, concatenated along
+    the channels on the tile, read by a 3x3 conv: RTL == model == int8 reference, equal cycles. With the parts'
+    zero points the Concat's, their producers write it in place; else VEC copies (their halos differ)."""
+    from qgraphs import QBuilder
+
+    b = QBuilder(seed=41)
+    x = b.input("x", (1, 8, 7, 9), zp=3)
+    x = b.conv(x, 8, k=1, relu=True, zp_out=-4)
+    zp = -4 if in_place else None
+    y = b.concat(b.conv(x, 8, k=3, pads=[1, 1, 1, 1], relu=True, zp_out=zp), b.conv(x, 16, k=1, relu=True, zp_out=zp),
+                 b.maxpool(x, 3, 1, pads=(1, 1, 1, 1)), b.conv(x, 5, k=1, zp_out=zp))
+    art = _through_the_tile8x8_rtl(b.output(b.conv(y, 8, k=3, pads=[1, 1, 1, 1], relu=True)), seed=2)
+    assert [d["where"] for d in art.report["partition"] if d["op"] == "Concat"] == ["tile"]
+    rec = next((r for r in art.report["layers"] if r["op"] == "Concat"), None)
+    assert (rec is None or rec.get("in_place", False)) == in_place, rec

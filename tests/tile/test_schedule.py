@@ -1961,8 +1961,8 @@ def test_a_model_without_tile_work_is_a_clear_error():
     n = b.g.make_node("Concat", [x, x], {"axis": 1})
     b.g.values[n.outputs[0]].quant = b.g.values[x].quant
     g = b.output(n.outputs[0])
-    with pytest.raises(UnsupportedError, match=rf"no layer of this model can run on the tile.*node {n.name!r}: Concat "
-                                               r"has no tile implementation"):
+    with pytest.raises(UnsupportedError, match=rf"no layer of this model can run on the tile.*node {n.name!r}: input "
+                                               r"'x' has 3 channels, not a multiple of the tile's 8 lanes"):
         build_tile(g, TARGETS["tile8x8"], hdl=False)
 
 
@@ -2014,3 +2014,83 @@ def test_windows_load_a_third_of_the_im2col_of_a_1x80_stride_4_layer(target):
                   if i.op == isa.Op.LOAD and i.get("mem") == isa.Mem.ACT) for a in (art, im2col)]
     assert loaded[0] < loaded[1] / 2
     assert art.report["cycles"] < im2col.report["cycles"]
+
+
+# ---- Concat along the channels (VEC copies of whole channel blocks) ------------------------------------------
+def _random_concat_graph(rng, b, n, shared=False):
+    """Branches off one tensor (1x1 and 3x3 convolutions, a max pool of stride 1, the tensor itself) concatenated,
+    maybe twice the same part, then a consumer (a 3x3 convolution, a max pool, or nothing: a graph output); channel
+    counts multiples of the array's n but for the last part's. `shared`: the parts made by convolutions have the
+    Concat's zero point (as the quantizer makes them, `share_concat_encodings`), so that they can be written in
+    place (`Codegen._alias_concats`); otherwise each its own."""
+    h, w = int(rng.integers(2, 14)), int(rng.integers(2, 14))
+    x = b.input("x", (1, int(rng.choice([n, 2 * n])), h, w), zp=int(rng.integers(-9, 9)))
+    zx = int(rng.integers(-20, 20))
+    x = b.conv(x, int(rng.choice([n, 2 * n])), k=1, relu=bool(rng.integers(0, 2)), zp_out=zx)
+    zp = zx if shared else None
+    parts = []
+    for _ in range(int(rng.integers(2, 4))):
+        kind = rng.choice(["1x1", "3x3", "pool", "self"] if not shared else ["1x1", "3x3", "3x3", "pool"])
+        if kind == "1x1":
+            parts.append(b.conv(x, n * int(rng.integers(1, 3)), k=1, relu=True, zp_out=zp))
+        elif kind == "3x3":
+            parts.append(b.conv(x, n, k=3, pads=[1, 1, 1, 1], relu=bool(rng.integers(0, 2)), zp_out=zp))
+        elif kind == "pool":
+            parts.append(b.maxpool(x, 3, 1, pads=(1, 1, 1, 1)))
+        else:
+            parts.append(x)
+    last = int(rng.integers(1, 2 * n + 1))
+    parts.append(b.conv(x, last, k=1, relu=True, zp_out=zp))   # (the last part may end mid-block)
+    y = b.concat(*parts)
+    after = rng.choice(["conv", "pool", "none"])
+    if after == "conv":
+        y = b.conv(y, int(rng.choice([n, 2 * n])), k=3, pads=[1, 1, 1, 1], relu=True)
+    elif after == "pool" and h >= 2 and w >= 2:
+        y = b.maxpool(y, 2, 2)
+    return b.output(y)
+
+
+def _concat_kinds(target, seed) -> list[bool]:
+    """Four random Concat graphs (every other one with shared zero points) on `target`, each exact against the
+    int8 reference with its Concat on the tile in one segment; whether each Concat was written in place."""
+    t = TARGETS[target] if target in TARGETS else load_target(target)
+    n = t["array"]["rows"]
+    rng = np.random.default_rng(500 + seed)
+    kinds = []
+    for it in range(4):
+        g = _random_concat_graph(rng, QBuilder(seed=seed * 10 + it), n, shared=it % 2 == 1)
+        art = check_exact(g, t, seed=it)
+        where = {d["op"]: d["where"] for d in art.report["partition"]}
+        assert where["Concat"] == "tile" and art.report["segments"] == 1, art.report["partition"]
+        rec = next((rec for rec in art.report["layers"] if rec["op"] == "Concat"), None)   # (None: no instruction)
+        kinds.append(rec is None or rec.get("in_place", False))
+    return kinds
+
+
+@pytest.mark.parametrize("target", ["tile8x8", "tile32x32", "tile8x8-v1"])
+@pytest.mark.parametrize("seed", range(4))
+def test_channel_concat_runs_on_the_tile(target, seed):
+    """Random branches concatenated along the channels: exact against the int8 reference, with the Concat on the
+    tile (one segment): written in place by the parts' producers where they share its layout and halo value, else
+    VEC copies of each channel block. Shared zero points give in-place Concats."""
+    kinds = _concat_kinds(target, seed)
+    assert any(kinds[1::2]), kinds
+
+
+def test_both_concat_kinds_run_in_the_random_graphs():
+    """The random Concats include VEC copies (parts whose halos hold different values) and in-place ones (unshared
+    parts with no halo to fill are in place too)."""
+    kinds = [k for seed in range(4) for k in _concat_kinds("tile8x8", seed)]
+    assert not all(kinds) and any(kinds), kinds
+
+
+def test_a_concat_of_parts_not_block_aligned_runs_on_the_host():
+    """On tile32x32 a part of 8 channels (not the last) would need its lanes shifted: the host runs the Concat,
+    says why, and the answer is still exact."""
+    b = QBuilder(seed=3)
+    x = b.input("x", (1, 8, 6, 6))
+    y = b.concat(b.conv(x, 8, k=1, relu=True), b.conv(x, 8, k=3, pads=[1, 1, 1, 1]))
+    g = b.output(b.conv(y, 8, k=1))
+    art = check_exact(g, load_target("tile32x32"))
+    d = next(d for d in art.report["partition"] if d["op"] == "Concat")
+    assert d["where"] == "host" and "not a multiple of the tile's 32 lanes" in d["why"], d
