@@ -134,6 +134,18 @@ def _input_chunks(t: TileTensor, step: int) -> list[tuple[int, int, int, int]]:
     return [(cb, cb + 1, r, min(t.h, r + step)) for r in range(0, t.h, step) for cb in range(t.cb)]
 
 
+def _widest_pads(ts: list[TileTensor]) -> bool:
+    """Give tensors that share one geometry (a residual add's operands and output, an in-place Concat's parts and
+    output) each side's largest pad; whether any changed."""
+    changed = False
+    for k in range(4):
+        m = max(t.pads[k] for t in ts)
+        for t in ts:
+            if t.pads[k] != m:
+                t.pads[k], changed = m, True
+    return changed
+
+
 def _column_chunks(t: TileTensor) -> list[tuple[int, int, int, int]]:
     """The LOAD chunks (b, b + 1, x0, x1) of a one-row input a folded convolution reads (`Codegen._fold_width`):
     columns [x0, x1) of channel block b, in about INPUT_CHUNKS pieces of at least MIN_CHUNK_LINES lines."""
@@ -596,24 +608,14 @@ class Codegen:
                 if len(fills) > 1:   # (one halo value for every part: else copies)
                     self._concat_candidates.remove(layer)
                     continue
-                for k in range(4):
-                    m = max(t.pads[k] for t in ts)
-                    for t in ts:
-                        if t.pads[k] != m:
-                            t.pads[k] = m
-                            changed = True
+                changed |= _widest_pads(ts)
                 for t in ts:
                     if fills and t.fill is None:
                         t.fill, changed = next(iter(fills)), True
             for layer in self.plan.layers:
                 if isinstance(layer, AddLayer):
                     ts = [self.tensor(layer.a), self.tensor(layer.b), self.tensor(layer.dst)]
-                    for k in range(4):
-                        m = max(t.pads[k] for t in ts)
-                        for t in ts:
-                            if t.pads[k] != m:
-                                t.pads[k] = m
-                                changed = True
+                    changed |= _widest_pads(ts)
                     for t in ts:
                         if t.fill is None and any(t.pads):
                             t.fill = t.zp
