@@ -126,17 +126,20 @@ def _flags(w, p: TileParams, ni_dw=None) -> dict:
                  | f(O.GEMM, "dwp").any() | f(O.GEMM, "dw9"),
                  # GEMM.dw9 reads the next block's first row too
                  (f(O.GEMM, "wblk") >= p.wgt_blocks) | (f(O.GEMM, "dw9") & (f(O.GEMM, "wblk") == p.wgt_blocks - 1))),
-        # PPU.dw (features.dw_post): a row pitch (n_inner + 1) the row buffers hold; it reads three PARAM entries
+        # PPU.dw (features.dw_post): a row pitch (n_inner + 1) the row buffers hold; it reads three PARAM entries;
+        # PPU.neg not with it
         O.PPU: ((zero(O.PPU, "n_outer", "n_inner") | (f(O.PPU, "dw") & ((f(O.PPU, "n_inner") + 1 < isa.DWP_MIN_PITCH)
                                                                        | (f(O.PPU, "n_inner") + 1 > p.dw_lines)))
                   | (f(O.PPU, "dws").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dws") == 1)))
                   | (f(O.PPU, "dwc").any() & (~f(O.PPU, "dw") | (dw_out_rows(w) <= 0)))
                   | (f(O.PPU, "dwf").any() & (~f(O.PPU, "dw") | (f(O.PPU, "dwf") == 3)
-                                              | (f(O.PPU, "dws").any() & (f(O.PPU, "dwf") != 1)))))
+                                              | (f(O.PPU, "dws").any() & (f(O.PPU, "dwf") != 1))))
+                  | (f(O.PPU, "neg") & f(O.PPU, "dw")))
                  if p.dw_post else zero(O.PPU, "n_outer", "n_inner") | f(O.PPU, "dw") | f(O.PPU, "dws").any()
                  | f(O.PPU, "dwc").any() | f(O.PPU, "dwf").any(),
-                 f(O.PPU, "param") + (f(O.PPU, "dw") * (isa.DW_POST_ENTRIES - 1) if p.dw_post else 0)
-                 >= p.param_entries),
+                 # (PPU.neg reads two entries)
+                 f(O.PPU, "param") + (Mux(f(O.PPU, "dw"), isa.DW_POST_ENTRIES - 1, f(O.PPU, "neg")) if p.dw_post
+                                      else f(O.PPU, "neg")) >= p.param_entries),
         O.VEC: (zero(O.VEC, "n_outer", "n_inner") | (f(O.VEC, "op") > max(isa.VecOp)),
                 f(O.VEC, "param") >= p.param_entries),
         O.FILL: (zero(O.FILL, "count", "rows"), Const(0, 1)),

@@ -2,6 +2,7 @@
 
 `PostPipe` is the lane-wise arithmetic of hwc/quant/arith.py, bit-exact:
   PPU      y = clamp(((wrap32(acc + bias) * M + 2**(s-1)) >> s) + z_out, lo, hi)     (requantize)
+           (PPU.neg, a fused LeakyReLU: M = M_neg where wrap32(acc + bias) < 0)
   VEC ADD  y = clamp((((a - z_a)*Ma + (b - z_b)*Mb + 2**(s-1)) >> s) + z_out, lo, hi) (add_requantize)
   VEC MAX  y = max(a, b)
 with 64-bit two's-complement intermediates (numpy's int64), `s = clamp(shift, 1, 62)` (the
@@ -14,6 +15,7 @@ each lane has one 34x32 multiplier, built from four 17x16 partial products (each
 Pipe stages (input in cycle c, one register each, every stage at most one carry chain or
 a few LUT levels; y valid in cycle c + PIPE_LATENCY = c + 13):
   S0 the block RAM's read data                   S1 X = operand + addend (34 bit), M select
+     (PPU.neg: M and M_neg both registered, one chosen by X's sign into S2's operand registers)
   S2/S3 four partial products, each a registered multiplier (hw/dsp.py: the operands registered
      in S2, the product in S3; on ECP5 both are the DSP block's own registers)
   S4 the products again (the route away from the DSP block is a stage of its own)
@@ -29,7 +31,8 @@ The per-token controls (VEC or PPU, a or b operand) travel with the token in eve
 control net fans out to all lanes.
 
 `PostEngine` sequences an instruction: it reads the PARAM entry (PARAM_ENTRY_BEATS beats,
-one per cycle), prepares the lane parameters in one cycle, then streams:
+one per cycle; PPU.neg: NEG_BEATS more, of entry param + 1), prepares the lane parameters in one
+cycle, then streams:
   PPU: one ACC line read per cycle; the result is written to ACT PIPE_LATENCY + 1 cycles
        after its read, through the compute ACT port.
   VEC: frames of three cycles on the single compute ACT port: read a, read b, write
@@ -80,6 +83,8 @@ class PostPipe(wiring.Component):
             # per-lane parameters (PPU) / broadcast (VEC)
             "bias": In(32 * n),
             "mult": In(32 * n),
+            "mult_neg": In(32 * n),   # PPU.neg (`neg`): the multipliers of lanes whose X is negative
+            "neg": In(1),
             "shm1": In(6 * n),     # shift - 1, the shift already clamped to [1, 62]
             "z_out": In(signed(8)),
             "lo": In(signed(8)),
@@ -113,20 +118,27 @@ class PostPipe(wiring.Component):
             sec1 = sec[1]
             bias = self.bias[32 * lane:32 * lane + 32].as_signed()
             mult = self.mult[32 * lane:32 * lane + 32].as_signed()
+            mult_neg = self.mult_neg[32 * lane:32 * lane + 32].as_signed()
             shm1 = self.shm1[6 * lane:6 * lane + 6]
             # S0: the memory's read data, registered before any arithmetic
             acc = Signal(signed(32), name=f"acc{lane}", reset_less=True)
             a8 = Signal(signed(8), name=f"a{lane}", reset_less=True)
             m.d.sync += [acc.eq(self.acc_in[32 * lane:32 * lane + 32]), a8.eq(self.act_in[8 * lane:8 * lane + 8])]
-            # S1: X = wrap32(acc + bias) (PPU) or a - z (VEC, 34 bits), and its multiplier
+            # S1: X = wrap32(acc + bias) (PPU) or a - z (VEC, 34 bits), and its multiplier; PPU.neg: the
+            # multiplier of a negative X beside it, chosen by X's sign on the way into the multipliers
             x = Signal(signed(34), name=f"x{lane}", reset_less=True)
             mm = Signal(signed(32), name=f"m{lane}", reset_less=True)
+            mmn = Signal(signed(32), name=f"mn{lane}", reset_less=True)
+            negl = Signal(name=f"neg{lane}", attrs=DUP, reset_less=True)
             ppu_x = Signal(signed(32), name=f"ppux{lane}", reset_less=True)
             m.d.comb += ppu_x.eq(acc + bias)  # wraps to 32 bits (int32 + int32 in numpy)
+            m.d.sync += [mmn.eq(mult_neg), negl.eq(self.neg & ~vec)]
             with m.If(vec):
                 m.d.sync += [x.eq(a8 - Mux(sec1, self.zb, self.za)), mm.eq(Mux(sec1, self.mb, self.ma))]
             with m.Else():
                 m.d.sync += [x.eq(ppu_x), mm.eq(mult)]
+            m_eff = Signal(signed(32), name=f"meff{lane}")
+            m.d.comb += m_eff.eq(Mux(x[33] & negl, mmn, mm))
             # VEC MAX: a is held for one cycle, max formed with b in S1, delayed to the output
             a_hold = Signal(signed(8), name=f"ahold{lane}", reset_less=True)
             m.d.sync += a_hold.eq(a8)
@@ -137,7 +149,7 @@ class PostPipe(wiring.Component):
             # S2/S3: partial products of X = xh*2**17 + xl (xl unsigned) and M = mh*2**16 + ml (ml unsigned),
             # each a registered multiplier (operands registered in S2, the product in S3; hw/dsp.py)
             xl, xh = x[:17], x[17:].as_signed()
-            ml, mh = mm[:16], mm[16:].as_signed()
+            ml, mh = m_eff[:16], m_eff[16:].as_signed()
             pp = []
             for nm, a, b, shape in (("ll", xl, ml, unsigned(33)), ("lh", xl, mh, signed(34)),
                                     ("hl", xh, ml, signed(34)), ("hh", xh, mh, signed(33))):
@@ -247,14 +259,18 @@ class PostEngine(wiring.Component):
         nent = isa.DW_POST_ENTRIES if dwp else 1
         w_dw = (field(w, ppu, "dw") & ~w_vec) if dwp else C(0, 1)
         is_dw = Signal()
+        # PPU.neg: entry param + 1's first NEG_BEATS beats (the multipliers of negative lanes) read before PREP
+        nb = isa.neg_beats(n, p.beat_bytes)
+        is_neg = Signal()
+        nmax = max(nent * peb, peb + nb)   # the PARAM beats an instruction reads at most
 
         IDLE, PARAM, PREP, STREAM, DRAIN = range(5)
         state = Signal(range(5))
         is_vec = Signal()
         op_max = Signal()
         pbase = Signal(p.param_bits)
-        k = Signal(range(nent * peb + 1))   # PARAM beats requested
-        preg = Signal(nent * peb * p.beat_bits, reset_less=True)
+        k = Signal(range(nmax + 1))   # PARAM beats requested
+        preg = Signal(nmax * p.beat_bits, reset_less=True)
         slot = Signal(3)             # VEC frame slot, one-hot: 0 read a, 1 read b, 2 write
         run = Signal()               # state == STREAM, as a register of its own: `step` is one LUT from flip-flops
 
@@ -282,7 +298,7 @@ class PostEngine(wiring.Component):
         in_ptr, b_ptr, out_ptr = loop.ptrs
 
         # ---- PARAM entry: PEB reads, data one cycle later ----
-        nbeats = Mux(is_dw, nent * peb, peb) if dwp else peb
+        nbeats = Mux(is_dw, nent * peb, Mux(is_neg, peb + nb, peb)) if dwp else Mux(is_neg, peb + nb, peb)
         # (PPU.dw: entries param + 1 and param + 2 are read on while the PPU streams. The last tap byte lands
         # 2 PEB - 1 cycles into the stream; the first window with an output (stream position P + 2, P >= 4) reaches
         # the products P + 2 + ML + PIPE_LATENCY + 1 cycles in, and the second pipe's parameters are used later)
@@ -293,15 +309,16 @@ class PostEngine(wiring.Component):
         with m.If(pread):
             m.d.sync += k.eq(k + 1)
         pvalid = [Signal(name=f"pvalid{i}") for i in range(ML)]
-        pidx = [Signal(range(nent * peb), name=f"pidx{i}", reset_less=True) for i in range(ML)]
+        pidx = [Signal(range(nmax), name=f"pidx{i}", reset_less=True) for i in range(ML)]
         m.d.sync += [pvalid[0].eq(pread), pidx[0].eq(k)]
         m.d.sync += [pvalid[i + 1].eq(pvalid[i]) for i in range(ML - 1)]
         m.d.sync += [pidx[i + 1].eq(pidx[i]) for i in range(ML - 1)]
         with m.If(pvalid[-1]):
-            for b in range(nent * peb):
+            for b in range(nmax):
                 with m.If(pidx[-1] == b):
                     m.d.sync += preg[b * p.beat_bits:(b + 1) * p.beat_bits].eq(self.param_data)
-        last_beat = (state == PARAM) & pvalid[-1] & (pidx[-1] == peb - 1)   # entry param's last beat lands now
+        # entry param's last beat lands now (PPU.neg: the last of entry param + 1's NEG_BEATS)
+        last_beat = (state == PARAM) & pvalid[-1] & (pidx[-1] == Mux(is_neg, peb + nb - 1, peb - 1))
         with m.If(last_beat):
             m.d.sync += state.eq(PREP)
 
@@ -317,6 +334,7 @@ class PostEngine(wiring.Component):
 
         # the entry's fields are read straight from the beat registers; only shift - 1 is prepared
         bias, mult = preg[:32 * n], preg[32 * n:64 * n]
+        mult_neg = preg[8 * peb * p.beat_bytes:8 * peb * p.beat_bytes + 32 * n]   # (isa.pack_neg_entry)
         shm1 = Signal(6 * n, reset_less=True)
         z_out, lo, hi = byte(9 * n).as_signed(), byte(9 * n + 1).as_signed(), byte(9 * n + 2).as_signed()
         za, zb, ma, mb = i32(0), i32(4), i32(4 * n), i32(4 * n + 4)
@@ -406,6 +424,7 @@ class PostEngine(wiring.Component):
         m.d.comb += [pipe.in_valid.eq(tv), pipe.in_vec.eq(is_vec), pipe.in_second.eq(tsec),
                      pipe.in_tag.eq(ttag), pipe.acc_in.eq(self.acc_rdata), pipe.act_in.eq(self.act_data),
                      pipe.op_max.eq(op_max), pipe.bias.eq(bias), pipe.mult.eq(mult), pipe.shm1.eq(shm1),
+                     pipe.mult_neg.eq(mult_neg), pipe.neg.eq(is_neg),
                      pipe.z_out.eq(z_out), pipe.lo.eq(lo), pipe.hi.eq(hi),
                      pipe.za.eq(za), pipe.zb.eq(zb), pipe.ma.eq(ma), pipe.mb.eq(mb)]
         # the ACT compute port: VEC reads in slots 0/1; every result write lands in a slot 2
@@ -440,7 +459,7 @@ class PostEngine(wiring.Component):
                                          & ~pipe.busy & ~self._stage_fill)
 
         with m.If(capture):
-            m.d.sync += [k.eq(0), is_vec.eq(w_vec), is_dw.eq(w_dw),
+            m.d.sync += [k.eq(0), is_vec.eq(w_vec), is_dw.eq(w_dw), is_neg.eq(field(w, ppu, "neg") & ~w_vec),
                          op_max.eq(w_vec & (field(w, vec, "op") == isa.VecOp.MAX)),
                          pbase.eq(times_const(Mux(w_vec, field(w, vec, "param"), field(w, ppu, "param")), peb))]
         with m.If(self.start):  # last: wins over the DRAIN -> IDLE transition

@@ -214,6 +214,10 @@ FORMATS: dict[Op, tuple[Field, ...]] = {
           "first pixel (dws 2) or its second (3, whose window lanes 0 .. N/2 - 1 then compute: centre and right "
           "one pixel further), written to lanes 0 .. N/2 - 1 of one output line per line (the other lanes: the "
           "same window one pixel further). 3, or 2 with dws, is a BAD_FIELD", default=0),
+        F("neg", 1, "a fused LeakyReLU / PReLU (arith.requantize's mult_neg): a lane whose acc + bias is negative "
+          "multiplies by the lane's entry of the first 4N bytes of PARAM entry param + 1 (int32 each: "
+          "pack_neg_entry) instead of its mult; the PPU reads NEG_BEATS more beats first. With dw a BAD_FIELD",
+          default=0),
     ),
     Op.VEC: (
         F("op", 2, "VecOp: MAX or ADD"),
@@ -403,6 +407,22 @@ def pack_param_entry(bias, mult, shift, z_out: int, lo: int, hi: int, n: int, be
     return raw + b"\0" * (param_entry_beats(n, beat_bytes) * beat_bytes - len(raw))
 
 
+def neg_beats(n: int, beat_bytes: int) -> int:
+    """PARAM beats a PPU.neg reads of its second entry: the N int32 multipliers of negative lanes."""
+    return -(-4 * n // beat_bytes)
+
+
+def pack_neg_entry(mult_neg, n: int, beat_bytes: int) -> bytes:
+    """PPU.neg's second PARAM entry (param + 1): mult_neg[n] int32 first, the rest zero (padded to an entry)."""
+    import numpy as np
+
+    mult_neg = np.asarray(mult_neg, np.int32)
+    if mult_neg.shape != (n,):
+        raise ValueError(f"mult_neg must have shape ({n},)")
+    raw = mult_neg.astype("<i4").tobytes()
+    return raw + b"\0" * (param_entry_beats(n, beat_bytes) * beat_bytes - len(raw))
+
+
 def unpack_param_entry(data: bytes, n: int) -> dict:
     import numpy as np
 
@@ -457,7 +477,8 @@ class Timing:
                (GEMM.dw9: PRELOAD_DW9)
                idle at stream_end + GEMM_LATENCY
       PPU      busy PPU_OVERHEAD + P; PPU.dw: PPU_DW_OVERHEAD + (n_outer + 1) * (n_inner + 1) + 1 (the tile's
-               padded rows streamed at a pitch of n_inner + 1, the pads of two rows sharing a column)
+               padded rows streamed at a pitch of n_inner + 1, the pads of two rows sharing a column);
+               PPU.neg: NEG_BEATS more
       VEC      busy VEC_OVERHEAD + VEC_CYCLES_PER_LINE * P
       FILL     busy FILL_OVERHEAD + rows * count
     A PPU.dw right after a PPU.dw needs POST free only up to PPU_DW_DRAIN cycles before the end of the one
@@ -479,16 +500,18 @@ class Timing:
     PPU_DW_OVERHEAD: int     # PPU_OVERHEAD + DW_POST_STAGES + POST_PIPE_STAGES: the stage and its second pipe (the
                              # two more entries are read while the PPU streams)
     PPU_DW_DRAIN: int        # the last cycles of a PPU.dw a next PPU.dw may issue in: its second pipe draining
+    NEG_BEATS: int           # PPU.neg: the beats of entry param + 1 it reads before it streams (neg_beats)
     VEC_OVERHEAD: int        # PEB + 2 ML + WL + POST_PIPE_STAGES + 1: as the PPU, the last write is in the last frame
     VEC_CYCLES_PER_LINE: int  # read a, read b, write: the single compute ACT port
     FILL_OVERHEAD: int       # 1 + WL: one write request per cycle from issue + 1, performed WL later
     IDLE_LAG: int            # a unit's end (GEMM: stream start) is seen by the issue stage this much later
 
-    def ppu_busy(self, n_outer: int, n_inner: int, dw: int = 0, dwc: int = 0) -> int:
-        """Cycles a PPU keeps its unit busy (PPU.dw: the padded rows at a pitch of n_inner + 1, and the stage)."""
+    def ppu_busy(self, n_outer: int, n_inner: int, dw: int = 0, dwc: int = 0, neg: int = 0) -> int:
+        """Cycles a PPU keeps its unit busy (PPU.dw: the padded rows at a pitch of n_inner + 1, and the stage;
+        PPU.neg: the beats of its second entry)."""
         if dw:
             return self.PPU_DW_OVERHEAD + ppu_dw_positions(n_outer, n_inner, dwc)
-        return self.PPU_OVERHEAD + n_outer * n_inner
+        return self.PPU_OVERHEAD + n_outer * n_inner + (self.NEG_BEATS if neg else 0)
 
     @classmethod
     def from_target(cls, target: dict) -> Timing:
@@ -503,7 +526,7 @@ class Timing:
                    GEMM_SETUP=1, GEMM_LATENCY=ml + 1 + MAC_PIPE_STAGES + (n.bit_length() - 1) + wl,
                    PPU_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 2,
                    PPU_DW_OVERHEAD=peb + 2 * ml + wl + 2 * POST_PIPE_STAGES + DW_POST_STAGES + 2,
-                   PPU_DW_DRAIN=POST_PIPE_STAGES + wl,
+                   PPU_DW_DRAIN=POST_PIPE_STAGES + wl, NEG_BEATS=neg_beats(n, target["bus"]["bytes"]),
                    VEC_OVERHEAD=peb + 2 * ml + wl + POST_PIPE_STAGES + 1,
                    VEC_CYCLES_PER_LINE=3, FILL_OVERHEAD=1 + wl,
                    IDLE_LAG=IDLE_LAG)

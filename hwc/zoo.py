@@ -259,6 +259,25 @@ def squeezenet_fire(seed: int = 0) -> onnx.ModelProto:
     return b.finish([1, 3, 32, 32], b.flatten(x), [1, 10])
 
 
+def yolo_tiny(seed: int = 0, input_size: int = 64, anchors: int = 3, classes: int = 2) -> onnx.ModelProto:
+    """Tiny-YOLO-shaped (the LeakyReLU kind of CNN: Darknet's conv + BN + LeakyReLU 0.1), 1x3x64x64 ->
+    1x(anchors * (5 + classes))x8x8: Conv 3x3 pad 1 (16) + BN + LeakyReLU, MaxPool 2; the same with 32 and 64
+    channels; Conv 3x3 (128) + BN + LeakyReLU, Conv 1x1 (64) + BN + LeakyReLU, Conv 3x3 (128) + BN + LeakyReLU at
+    8x8; the detection head Conv 1x1 (anchors * (5 + classes)), linear."""
+    b = _Builder("yolo_tiny", seed)
+    x, cin = "input", 3
+    for cout, k, pool in ((16, 3, True), (32, 3, True), (64, 3, True), (128, 3, False), (64, 1, False),
+                          (128, 3, False)):
+        x = b.conv(x, cin, cout, (k, k), pads=(k // 2,) * 4, bias=False)
+        x = b.node("LeakyRelu", [b.bn(x, cout)], alpha=0.1)
+        if pool:
+            x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+        cin = cout
+    head = anchors * (5 + classes)
+    s = input_size // 8
+    return b.finish([1, 3, input_size, input_size], b.conv(x, cin, head, (1, 1)), [1, head, s, s])
+
+
 # ---- small models for fast tests ---------------------------------------------------------
 def small_mlp(seed: int = 0) -> onnx.ModelProto:
     """64 -> Gemm 32 + ReLU -> Gemm 10 (weights [in, out], transB=0), 1x64 -> 1x10."""
@@ -285,6 +304,7 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
     "mobilenet_v1_025": mobilenet_v1_025,
     "fc_autoencoder": fc_autoencoder,
     "squeezenet_fire": squeezenet_fire,
+    "yolo_tiny": yolo_tiny,
     "small_mlp": small_mlp,
     "small_cnn": small_cnn,
 }

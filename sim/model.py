@@ -190,6 +190,7 @@ class TileModel:
             bad = bad or bool(f["dws"] and (not f["dw"] or f["dws"] == 1))
             bad = bad or bool(f["dwc"] and not (f["dw"] and isa.ppu_dw_rows(f["n_outer"], f["dws"], f["dwc"])))
             bad = bad or bool(f["dwf"] and not (f["dw"] and f["dwf"] < 3 and (not f["dws"] or f["dwf"] == 1)))
+            bad = bad or bool(f["neg"] and f["dw"])
         elif op == Op.VEC:
             counts, bad = (f["n_outer"], f["n_inner"]), f["op"] > max(isa.VecOp)
         elif op == Op.FILL:
@@ -224,8 +225,8 @@ class TileModel:
     def _scalars_ok(self, op: int, f: dict) -> bool:
         if op == Op.GEMM:  # (GEMM.dw9 reads the next block's first row too)
             return f["wblk"] + f["dw9"] < self.wgt_blocks
-        if op == Op.PPU:  # (PPU.dw reads three entries)
-            return f["param"] + (isa.DW_POST_ENTRIES - 1 if f["dw"] else 0) < self.param_entries
+        if op == Op.PPU:  # (PPU.dw reads three entries, PPU.neg two)
+            return f["param"] + (isa.DW_POST_ENTRIES - 1 if f["dw"] else f["neg"]) < self.param_entries
         if op == Op.VEC:
             return f["param"] < self.param_entries
         return True
@@ -344,7 +345,7 @@ class TileModel:
                 if op == Op.PPU and f["lag"] and self.post_unit:
                     ti = max(ti, older[-f["lag"]] + lag)
                 if op == Op.PPU:
-                    end = ti + t.ppu_busy(f["n_outer"], f["n_inner"], f["dw"], f["dwc"])
+                    end = ti + t.ppu_busy(f["n_outer"], f["n_inner"], f["dw"], f["dwc"], f["neg"])
                     if data:
                         self._ppu(f)
                 elif op == Op.VEC:
@@ -446,7 +447,11 @@ class TileModel:
         pe = self._entry(f["param"])
         acc = self.acc[_grid(f["acc"], f["n_outer"], f["acc_so"], f["n_inner"], f["acc_si"])]
         shift = np.clip(pe["shift"], arith.SHIFT_MIN, arith.SHIFT_MAX)
-        y = arith.requantize(acc + pe["bias"], pe["mult"], shift, pe["z_out"], pe["lo"], pe["hi"])
+        neg = None
+        if f["neg"]:   # (entry param + 1's first 4N bytes: the multipliers of negative lanes)
+            e = (f["param"] + 1) * self.t.PARAM_ENTRY_BEATS
+            neg = np.frombuffer(self.param[e:e + self.t.NEG_BEATS].tobytes(), "<i4", self.n).astype(np.int32)
+        y = arith.requantize(acc + pe["bias"], pe["mult"], shift, pe["z_out"], pe["lo"], pe["hi"], neg)
         if f["dw"]:  # the 3x3 depthwise stage: the tile padded by one pixel of z_out, then entry param + 1
             no, ni, n = f["n_outer"], f["n_inner"], self.n
             yp = np.full((no + 2, ni + 2, n), pe["z_out"], np.int32)

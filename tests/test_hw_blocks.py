@@ -103,6 +103,30 @@ def test_post_pipe_requantize_matches_arith_including_ties_and_saturation():
             assert (((acc[:10].astype(np.int64)) % 4) == 2).any(), "the tie case must contain ties"
 
 
+def test_post_pipe_neg_multiplies_negative_lanes_by_mult_neg():
+    """PPU.neg (a fused LeakyReLU / PReLU): where wrap32(acc + bias) < 0 the lane's mult_neg replaces its mult,
+    checked against arith.requantize(..., mult_neg=) and, for one hand-computed value, by hand."""
+    rng = np.random.default_rng(5)
+    n = 4
+    mult, shift = np.full(n, 1 << 30, np.int32), np.full(n, 32, np.int32)
+    mult_neg = np.array([107374182, -(1 << 28), 0, 1 << 30], np.int32)   # alpha 0.1, -0.25, 0 (ReLU), 1
+    bias = np.array([0, 7, -3, 1 << 30], np.int32)
+    acc = rng.integers(-2000, 2000, (30, n)).astype(np.int32)
+    acc[0] = [-100, -100, -100, -100]
+    acc[1] = [0, -7, 3, 0]                        # acc + bias == 0: not negative
+    acc[2] = np.iinfo(np.int32).max               # lane 3 wraps negative
+    params = {"bias": lanes(bias, 32), "mult": lanes(mult, 32), "mult_neg": lanes(mult_neg, 32), "neg": 1,
+              "shm1": lanes(shift - 1, 6), "z_out": 3, "lo": -128, "hi": 127, "op_max": 0}
+    got = _pipe_run(n, params, [{"in_valid": 1, "acc_in": lanes(a, 32)} for a in acc])
+    want = arith.requantize(acc + bias, mult, shift, 3, -128, 127, mult_neg=mult_neg)
+    np.testing.assert_array_equal(got, want)
+    assert got[0, 0] == -2 + 3     # -100 * 0.1 * 0.25 = -2.5, rounded half up to -2, + z_out
+    assert (want != arith.requantize(acc + bias, mult, shift, 3, -128, 127)).any()
+    params["neg"] = 0              # without PPU.neg the same entry is a plain requantization
+    got = _pipe_run(n, params, [{"in_valid": 1, "acc_in": lanes(a, 32)} for a in acc])
+    np.testing.assert_array_equal(got, arith.requantize(acc + bias, mult, shift, 3, -128, 127))
+
+
 def test_post_pipe_clamp_boundaries():
     """Every t around lo and hi (the clamp compares the pre-rounding value against bounds derived
     from lo, hi and z_out): mult 2**30 and shift 31 make t = round(acc / 2) + z_out."""

@@ -50,6 +50,9 @@ MACS = {
     # (1,572,864); fire(32, 64) at 8x8 from 64: 64*32*64 = 131,072 + 64*64*32 = 131,072 + 64*64*32*9 = 1,179,648
     # (1,441,792); from 128: squeeze 262,144 (1,572,864); conv 1x1 64*10*128 = 81,920.
     "squeezenet_fire": 6_332_416,
+    # 64*64*16*3*9 = 1,769,472; 32*32*32*16*9, 16*16*64*32*9, 8*8*128*64*9 and 8*8*128*64*9 = 4,718,592 each;
+    # 8*8*64*128 = 524,288; the head 8*8*21*128 = 172,032.
+    "yolo_tiny": 21_340_160,
     # 64*32 + 32*10.
     "small_mlp": 2_368,
     # conv1 4*8*8*1*9 = 2,304; conv2 8*4*4*4*9 = 4,608; Gemm 128*10 = 1,280.
@@ -69,15 +72,19 @@ OP_COUNTS = {
     "fc_autoencoder": {"Gemm": 10, "BatchNormalization": 9, "Relu": 9},
     # conv1 + 4 fire modules x 3 convs + conv 1x1, each followed by a ReLU.
     "squeezenet_fire": {"Conv": 14, "Relu": 14, "Concat": 4, "MaxPool": 1, "GlobalAveragePool": 1, "Flatten": 1},
+    # six conv + BN + LeakyReLU, three max pools, the linear head.
+    "yolo_tiny": {"Conv": 7, "BatchNormalization": 6, "LeakyRelu": 6, "MaxPool": 3},
     "small_mlp": {"Gemm": 2, "Relu": 1},
     "small_cnn": {"Conv": 2, "Relu": 2, "MaxPool": 1, "Flatten": 1, "Gemm": 1},
 }
 
 IN_SHAPES = {"resnet8": (1, 3, 32, 32), "ds_cnn": (1, 1, 49, 10),
              "mobilenet_v1_025": (1, 3, 96, 96), "fc_autoencoder": (1, 640),
-             "squeezenet_fire": (1, 3, 32, 32), "small_mlp": (1, 64), "small_cnn": (1, 1, 8, 8)}
+             "squeezenet_fire": (1, 3, 32, 32), "yolo_tiny": (1, 3, 64, 64), "small_mlp": (1, 64),
+             "small_cnn": (1, 1, 8, 8)}
 OUT_SHAPES = {"resnet8": (1, 10), "ds_cnn": (1, 12), "mobilenet_v1_025": (1, 2),
-              "fc_autoencoder": (1, 640), "squeezenet_fire": (1, 10), "small_mlp": (1, 10), "small_cnn": (1, 10)}
+              "fc_autoencoder": (1, 640), "squeezenet_fire": (1, 10), "yolo_tiny": (1, 21, 8, 8),
+              "small_mlp": (1, 10), "small_cnn": (1, 10)}
 
 N_SAMPLES = 3
 

@@ -426,10 +426,11 @@ def _int8_out(x: TensorType, shape) -> TensorType:
     return TensorType("int8", tuple(shape))
 
 
-@_op("QConv", (5, 5), {"strides": ("ints", REQUIRED), "pads": ("ints", REQUIRED),
+@_op("QConv", (5, 6), {"strides": ("ints", REQUIRED), "pads": ("ints", REQUIRED),
                        "dilations": ("ints", REQUIRED), "group": ("int", 1), "z_in": ("int", 0), **_QOUT},
-     "inputs x:int8, w:int8, bias:int32[M], mult:int32[M], shift:int32[M]. "
-     "acc = conv(x - z_in, w) + bias (padding contributes 0), y = requantize(acc, mult, shift, z_out, lo, hi).")
+     "inputs x:int8, w:int8, bias:int32[M], mult:int32[M], shift:int32[M], optional mult_neg:int32[M] (a fused "
+     "LeakyReLU/PReLU). acc = conv(x - z_in, w) + bias (padding contributes 0), y = requantize(acc, mult, shift, "
+     "z_out, lo, hi, mult_neg).")
 def _qconv(t, a):
     x, w = t[0], t[1]
     if x.dtype != "int8" or w.dtype != "int8":
@@ -438,9 +439,10 @@ def _qconv(t, a):
     return [_int8_out(x, f.shape)]
 
 
-@_op("QGemm", (5, 5), {"z_in": ("int", 0), **_QOUT},
-     "inputs a:int8[M,K], b:int8[N,K] (weights, transposed), bias:int32[N], mult:int32[N], shift:int32[N]. "
-     "acc = (a - z_in) @ b.T + bias, y = requantize(acc, ...).")
+@_op("QGemm", (5, 6), {"z_in": ("int", 0), **_QOUT},
+     "inputs a:int8[M,K], b:int8[N,K] (weights, transposed), bias:int32[N], mult:int32[N], shift:int32[N], "
+     "optional mult_neg:int32[N] (a fused LeakyReLU/PReLU). acc = (a - z_in) @ b.T + bias, "
+     "y = requantize(acc, ...).")
 def _qgemm(t, a):
     A, B = t[0], t[1]
     if A.rank != 2 or B.rank != 2 or A.shape[1] != B.shape[1]:

@@ -32,7 +32,11 @@ Worked examples (M = 2**30 and shift = 32, i.e. f = 2**30 / 2**32 = 0.25):
     a = -11 -> r = floor(-2.75 + 0.5) = -3;   a = 1000, z_out = 5 -> r = 250, y = clamp(255) = 127
 
 Fused activations are a clamp of the quantized output: ReLU is lo = z_out (real 0),
-ReLU6 is hi = min(127, z_out + round(6 / s_out)).
+ReLU6 is hi = min(127, z_out + round(6 / s_out)). A fused LeakyReLU / PReLU of slope alpha is a
+second multiplier for the negative accumulators (`requantize(..., mult_neg=)`, `leaky_params`): the
+multiplier is M_neg where a < 0, M elsewhere, both on one shift, so y is still rounded once.
+Example: M = 2**30, M_neg = 2**30 / 10 rounded = 107374182, shift = 32 (f = 0.25, alpha = 0.1):
+a = -100 -> p = -100 * 107374182, r = floor(-2.4999999 + 0.5) = -2 (float: -2.5 -> -2).
 
 Residual Add (`add_requantize`): both inputs are brought to the output scale in one
 step with a shared shift, so there is a single rounding:
@@ -111,12 +115,17 @@ def rounding_shift(p: np.ndarray, shift: np.ndarray | int) -> np.ndarray:
     return (p + (np.int64(1) << (shift - 1))) >> shift
 
 
-def requantize(acc, mult, shift, z_out: int = 0, lo: int = INT8_MIN, hi: int = INT8_MAX) -> np.ndarray:
-    """int32 accumulators -> int8. `mult`/`shift` broadcast against `acc` (per channel)."""
+def requantize(acc, mult, shift, z_out: int = 0, lo: int = INT8_MIN, hi: int = INT8_MAX,
+               mult_neg=None) -> np.ndarray:
+    """int32 accumulators -> int8. `mult`/`shift` broadcast against `acc` (per channel). `mult_neg` (a fused
+    LeakyReLU or PReLU, `leaky_params`): the multiplier of the negative accumulators instead of `mult`."""
     acc = np.asarray(acc)
     if acc.dtype != np.int32:
         raise TypeError(f"accumulators must be int32, not {acc.dtype}")
-    p = acc.astype(np.int64) * np.asarray(mult, dtype=np.int64)
+    m = np.asarray(mult, dtype=np.int64)
+    if mult_neg is not None:
+        m = np.where(acc < 0, np.asarray(mult_neg, dtype=np.int64), m)
+    p = acc.astype(np.int64) * m
     r = rounding_shift(p, shift) + np.int64(z_out)
     return np.clip(r, lo, hi).astype(np.int8)
 
@@ -225,6 +234,22 @@ def requant_params(factors) -> tuple[np.ndarray, np.ndarray]:
     """(mult int32[n], shift int32[n]) for the real factors (`quantize_multiplier` each)."""
     pairs = [quantize_multiplier(float(f)) for f in np.atleast_1d(np.asarray(factors, np.float64))]
     return (np.array([m for m, _ in pairs], dtype=np.int32), np.array([s for _, s in pairs], dtype=np.int32))
+
+
+def leaky_params(factors, alpha) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mult, mult_neg, shift), int32 [n] each, of a requantization with a fused LeakyReLU / PReLU of slope
+    `alpha` (a scalar or one per channel): a >= 0 scales by f, a < 0 by alpha * f, where f = `factors` [n]
+    (> 0). One shift serves both multipliers (`quantize_multiplier_pair`: the larger of f and |alpha| f gets
+    31 significant bits), so the activation costs no rounding of its own: y = requantize(acc, mult, shift, ...,
+    mult_neg=mult_neg) is the float y = f * acc (or alpha f acc) rounded once. alpha = 0 is a ReLU; a negative
+    alpha gives a negative mult_neg."""
+    fs = np.atleast_1d(np.asarray(factors, np.float64))
+    al = np.broadcast_to(np.asarray(alpha, np.float64).reshape(-1), fs.shape)
+    out = []
+    for f, a in zip(fs, al):
+        m, shift = quantize_multiplier(float(max(f, abs(a) * f)))
+        out.append((round(f * 2.0 ** shift), round(a * f * 2.0 ** shift), shift))
+    return tuple(np.array([o[k] for o in out], dtype=np.int32) for k in range(3))
 
 
 def activation_clamp(act: str, args, scale: float, zero_point: int) -> tuple[int, int]:

@@ -11,6 +11,9 @@ float32 outputs) and whose body is int8 wherever it can be:
                                               input zero point is the node's z_in (a backend
                                               folds bias' = bias - z_in * sum(w) if it likes),
                                               mult/shift int32 [M], fused clamp as lo/hi
+    Conv / Gemm (+leakyrelu)     -> QConv / QGemm with a sixth input mult_neg int32 [M]: the
+                                              multiplier of negative accumulators (one rounding,
+                                              `arith.leaky_params`), no table
     Gemm / MatMul (const weights)-> QGemm     weights int8 stored [N, K] (transposed); a MatMul
                                               on rank > 2 goes through int8 Reshapes
     Add (same shapes)            -> QAdd      both inputs rescaled to the output scale, one rounding
@@ -18,7 +21,8 @@ float32 outputs) and whose body is int8 wherever it can be:
     Concat                       -> Concat of int8, each input with other parameters than
                                               the output goes through a QRequant first
     Sigmoid, Tanh, HardSwish, LeakyRelu, HardSigmoid, Elu, ... -> QLut (256-entry table);
-                                              fused ones are split off the Conv/Gemm first
+                                              fused ones (but a LeakyReLU) are split off the
+                                              Conv/Gemm first
     Relu / Clip after a requantizing op (single use) -> dropped: the producer's output takes
                                               the Relu's range (starting at 0) and its clamp
     MaxPool, Reshape, Transpose, Identity, Slice, Split -> the same op on int8 (same parameters)
@@ -44,8 +48,11 @@ from hwc.quant import arith
 from hwc.quant.config import QuantConfig, as_config
 from hwc.ref.interp import KERNELS
 
-#: Fused activations that are a clamp of the output (everything else becomes a QLut).
+#: Fused activations that are a clamp of the output.
 CLAMP_ACTS = ("", "relu", "clip")
+#: Fused activations that are a second multiplier for the negative accumulators (`arith.leaky_params`); the
+#: others become a QLut.
+SLOPE_ACTS = ("leakyrelu",)
 #: Standalone op for each fused activation that needs a lookup table: (op, attribute names).
 LUT_ACT_OPS = {"sigmoid": ("Sigmoid", ()), "tanh": ("Tanh", ()), "hardswish": ("HardSwish", ()),
                "leakyrelu": ("LeakyRelu", ("alpha",)), "hardsigmoid": ("HardSigmoid", ("alpha", "beta"))}
@@ -120,7 +127,7 @@ def split_lut_activations(g: Graph) -> int:
     count = 0
     for n in list(g.nodes):
         act = n.attrs.get("act", "")
-        if n.op not in COMPUTE_OPS or act in CLAMP_ACTS:
+        if n.op not in COMPUTE_OPS or act in CLAMP_ACTS + SLOPE_ACTS:
             continue
         op, names = LUT_ACT_OPS[act]
         attrs = dict(zip(names, n.attrs["act_args"]))
@@ -285,9 +292,10 @@ class _Quantizer:
 
     def output(self, n: Node, act: str = "", act_args=()) -> tuple[str, TensorQ, int, int, list[Node]]:
         """(final src tensor, its encoding, lo, hi, folded nodes) of a requantizing node."""
-        if act not in CLAMP_ACTS:
+        if act not in CLAMP_ACTS + SLOPE_ACTS:
             raise Decline(f"fused activation {act!r} is not a clamp (run prepare() to split it off)")
-        a, b = {"": (-math.inf, math.inf), "relu": (0.0, math.inf)}.get(act, tuple(act_args) or (0, 0))
+        a, b = {"": (-math.inf, math.inf), "relu": (0.0, math.inf), "leakyrelu": (-math.inf, math.inf)}.get(
+            act, tuple(act_args) or (0, 0))
         t, a, b, folded = self.fold_chain(n, a, b)
         if t not in self.tq:
             raise Decline(f"output {t!r} has no quantization parameters")
@@ -355,19 +363,25 @@ class _Quantizer:
         m = codes.shape[0]
         s_b = (np.float64(sx) * s_w.astype(np.float64))
         bias = self.bias_codes(b_name, b, m, s_b, n.name)
-        mult, shift = self.factors(*(s_b / np.float64(q.scale)))
+        if n.attrs.get("act") in SLOPE_ACTS:   # (a LeakyReLU: its slope a second multiplier on the same shift)
+            try:
+                mult, mult_neg, shift = arith.leaky_params(s_b / np.float64(q.scale), n.attrs["act_args"][0])
+            except ValueError as e:
+                raise Decline(str(e)) from None
+        else:
+            (mult, shift), mult_neg = self.factors(*(s_b / np.float64(q.scale))), None
         zeros = np.zeros(m, np.int32)
         w8 = self.const(codes, f"{n.name}_w", QuantParams(s_w, zeros, axis=0))
         b32 = self.const(bias, f"{n.name}_bias", QuantParams(s_b.astype(np.float32), zeros, axis=0))
-        mu = self.const(mult, f"{n.name}_mult")
-        sh = self.const(shift, f"{n.name}_shift")
+        ins = [x8, w8, b32, self.const(mult, f"{n.name}_mult"), self.const(shift, f"{n.name}_shift")]
+        if mult_neg is not None:
+            ins.append(self.const(mult_neg, f"{n.name}_mult_neg"))
         attrs = {**attrs, "z_in": zx, "z_out": q.zero_point, "lo": lo, "hi": hi}
         if reshape_to is None:
-            self.finish(n, op, [x8, w8, b32, mu, sh], attrs, t, q, folded)
+            self.finish(n, op, ins, attrs, t, q, folded)
             return
         flat = self.fresh(f"{n.name}_2d")
-        self.main = self.dst.make_node(op, [x8, w8, b32, mu, sh], attrs, name=self.node_name(n.name),
-                                       outputs=[flat]).name
+        self.main = self.dst.make_node(op, ins, attrs, name=self.node_name(n.name), outputs=[flat]).name
         self.dst.values[flat].quant = QuantParams(np.float32(q.scale), np.int32(q.zero_point))
         y = self.out_name(t)
         self.dst.make_node("Reshape", [flat], {"shape": list(reshape_to)}, name=self.node_name(f"{n.name}_unflat"),

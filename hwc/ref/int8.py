@@ -100,11 +100,12 @@ def conv_accumulate(x: np.ndarray, w: np.ndarray, bias: np.ndarray, z_in: int, a
 
 
 @kernel("QConv")
-def _qconv(a, x, w, bias, mult, shift):
+def _qconv(a, x, w, bias, mult, shift, mult_neg=None):
     _check_int8("QConv", x=x, w=w)
     acc = conv_accumulate(x, w, bias, a["z_in"], a)
     return [arith.requantize(acc, _per_channel(mult, acc.ndim), _per_channel(shift, acc.ndim),
-                             a["z_out"], a["lo"], a["hi"])]
+                             a["z_out"], a["lo"], a["hi"],
+                             None if mult_neg is None else _per_channel(mult_neg, acc.ndim))]
 
 
 def gemm_accumulate(x: np.ndarray, w: np.ndarray, bias: np.ndarray, z_in: int) -> np.ndarray:
@@ -114,10 +115,11 @@ def gemm_accumulate(x: np.ndarray, w: np.ndarray, bias: np.ndarray, z_in: int) -
 
 
 @kernel("QGemm")
-def _qgemm(a, x, w, bias, mult, shift):
+def _qgemm(a, x, w, bias, mult, shift, mult_neg=None):
     _check_int8("QGemm", x=x, w=w)
     acc = gemm_accumulate(x, w, bias, a["z_in"])
-    return [arith.requantize(acc, _per_channel(mult, 2), _per_channel(shift, 2), a["z_out"], a["lo"], a["hi"])]
+    return [arith.requantize(acc, _per_channel(mult, 2), _per_channel(shift, 2), a["z_out"], a["lo"], a["hi"],
+                             None if mult_neg is None else _per_channel(mult_neg, 2))]
 
 
 @kernel("QAdd")

@@ -218,6 +218,7 @@ class Codegen:
         self.groups: list[Group] = []
         self.params: list[bytes] = []
         self.param_index: dict[bytes, int] = {}
+        self.neg_entries: set[int] = set()   # first entries of PPU.neg pairs (`param`)
         self.layer = -1
         # model input -> its LOAD chunks: (first channel block, end channel block, first row, end row)
         self.in_chunks: dict[str, list[tuple[int, int, int, int]]] = {}
@@ -229,23 +230,33 @@ class Codegen:
     def tensor(self, name: str) -> TileTensor:
         return self.plan.tensors[name]
 
-    def param(self, bias, mult, shift, z_out: int, lo: int, hi: int) -> int:
+    def param(self, bias, mult, shift, z_out: int, lo: int, hi: int, mult_neg=None) -> int:
+        """The PARAM entry of a requantization (deduplicated). With `mult_neg` (a fused LeakyReLU) two consecutive
+        entries, the second holding the multipliers of negative lanes (isa.pack_neg_entry): every PPU reading it
+        is a PPU.neg (`compute`)."""
         data = self._entry_bytes(bias, mult, shift, z_out, lo, hi)
+        if mult_neg is not None:
+            data += isa.pack_neg_entry(self._lanes(mult_neg, 1 << 30), self.n, self.beat)
         if data not in self.param_index:
             self.param_index[data] = len(self.params)
-            self.params.append(data)
+            if mult_neg is None:
+                self.params.append(data)
+            else:
+                half = len(data) // 2
+                self.neg_entries.add(len(self.params))
+                self.params += [data[:half], data[half:]]
         return self.param_index[data]
 
+    def _lanes(self, v, fill) -> np.ndarray:
+        """A per-lane parameter padded to the N lanes with `fill`."""
+        out = np.full(self.n, fill, np.int64)
+        v = np.asarray(v).reshape(-1)
+        out[:len(v)] = v
+        return out
+
     def _entry_bytes(self, bias, mult, shift, z_out: int, lo: int, hi: int) -> bytes:
-        n = self.n
-
-        def lanes(v, fill):
-            out = np.full(n, fill, np.int64)
-            v = np.asarray(v).reshape(-1)
-            out[:len(v)] = v
-            return out
-
-        return isa.pack_param_entry(lanes(bias, 0), lanes(mult, 1 << 30), lanes(shift, 1), z_out, lo, hi, n,
+        lanes = self._lanes
+        return isa.pack_param_entry(lanes(bias, 0), lanes(mult, 1 << 30), lanes(shift, 1), z_out, lo, hi, self.n,
                                     self.beat)
 
     def param_dw(self, conv: ConvLayer, dw: ConvLayer, lanes: slice, dwf: int = 0) -> int:
@@ -390,9 +401,10 @@ class Codegen:
         return self._wbeats
 
     def _param_beats(self) -> int:
-        """About the beats of all the params (one entry per output block of every layer that post-processes)."""
-        blocks = sum(self.tensor(layer.dst).cb for layer in self.plan.layers
-                     if not isinstance(layer, MaxPoolLayer | ConcatLayer))
+        """About the beats of all the params (one entry per output block of every layer that post-processes, two
+        with a fused LeakyReLU)."""
+        blocks = sum(self.tensor(layer.dst).cb * (1 + (getattr(layer, "mult_neg", None) is not None))
+                     for layer in self.plan.layers if not isinstance(layer, MaxPoolLayer | ConcatLayer))
         return blocks * self.peb
 
     def compute(self, g: Group, opcode: Op, needs=(), wait: Wait = Wait.NONE, region=None, drip: bool = True,
@@ -403,6 +415,8 @@ class Codegen:
         `drip`: pending halo FILLs may follow this GEMM (not before a GEMM that waits for POST). `halos`: a VEC
         may read or write halo lines (then every pending FILL goes first; a residual add touches none). `drains`: the
         next instruction waits for this GEMM to complete (FILLs may use POST until then)."""
+        if opcode == Op.PPU and fields.get("param") in self.neg_entries:
+            fields["neg"] = 1   # (its entry pair holds a fused LeakyReLU's multipliers of negative lanes: `param`)
         if opcode == Op.VEC:
             pieces = _vec_legal(fields)
             if len(pieces) > 1:   # (rows wider than its fields: one VEC a row and piece)
@@ -905,7 +919,7 @@ class Codegen:
                                                              ppu_dwf))]
                 else:
                     entry = self.param(layer.bias[lanes], layer.mult[lanes], layer.shift[lanes], layer.z_out,
-                                       layer.lo, layer.hi)
+                                       layer.lo, layer.hi, None if layer.mult_neg is None else layer.mult_neg[lanes])
                     pieces = self._ppu_pieces(layer, lanes, entry, mode)
                 chunks = [taps[i:i + self.bank_blocks] for i in range(0, len(taps), self.bank_blocks)]
                 per_block[cob] = taps, pieces, chunks
@@ -1131,7 +1145,8 @@ class Codegen:
         for x in sorted(pad):
             keep = np.array([(k // m) not in pad[x] for k in range(lanes.start, lanes.stop)])
             e = self.param(np.where(keep, layer.bias[lanes], 0), np.where(keep, layer.mult[lanes], 0),
-                           layer.shift[lanes], layer.z_out, layer.lo, layer.hi)
+                           layer.shift[lanes], layer.z_out, layer.lo, layer.hi,
+                           None if layer.mult_neg is None else np.where(keep, layer.mult_neg[lanes], 0))
             out.append((x, x + 1, e))
         lo, hi = (1 if 0 in pad else 0), (w2 - 1 if w2 - 1 in pad else w2)
         if hi > lo:
@@ -1906,7 +1921,8 @@ def _post_busy(t: isa.Timing, op: Op, fields: dict) -> int:
     """Cycles a PPU, VEC or FILL keeps POST busy (hwc.isa.Timing)."""
     lines = _lines(fields)
     if op == Op.PPU:
-        return t.ppu_busy(fields["n_outer"], fields["n_inner"], fields.get("dw", 0), fields.get("dwc", 0))
+        return t.ppu_busy(fields["n_outer"], fields["n_inner"], fields.get("dw", 0), fields.get("dwc", 0),
+                          fields.get("neg", 0))
     if op == Op.VEC:
         return t.VEC_OVERHEAD + t.VEC_CYCLES_PER_LINE * lines
     return t.FILL_OVERHEAD + lines

@@ -143,6 +143,7 @@ class ConvLayer:
     op: str = "QConv"
     group: int = 1            # the QConv's groups (weight is dense; group == C == M is depthwise)
     plain: ConvLayer | None = None   # the layer before `space_to_depth` rewrote it onto stacked tensors
+    mult_neg: np.ndarray | None = None   # int32 [M]: a fused LeakyReLU's multipliers of negative lanes (PPU.neg)
 
 
 @dataclass(eq=False)
@@ -446,6 +447,8 @@ def _layer(plan: TilePlan, n: Node, src, alias, n_lanes: int) -> Layer:
         bias = g.const(n.inputs[2]).astype(np.int64)
         mult = np.broadcast_to(g.const(n.inputs[3]), bias.shape).astype(np.int32)
         shift = np.broadcast_to(g.const(n.inputs[4]), bias.shape).astype(np.int32)
+        mult_neg = np.broadcast_to(g.const(n.inputs[5]), bias.shape).astype(np.int32) \
+            if len(n.inputs) > 5 and n.inputs[5] else None
         z_in = a["z_in"]
         if n.op == "QConv":
             s = src(n.inputs[0])
@@ -471,7 +474,7 @@ def _layer(plan: TilePlan, n: Node, src, alias, n_lanes: int) -> Layer:
         folded = bias - z_in * wd.astype(np.int64).reshape(wd.shape[0], -1).sum(axis=1)
         out = _tensor(plan, n.outputs[0], n_lanes)
         return ConvLayer(n.name, s, out.name, wd, _i32(folded, n), mult, shift, a["z_out"], a["lo"], a["hi"],
-                         strides, pads, dil, macs, n.op, a.get("group", 1))
+                         strides, pads, dil, macs, n.op, a.get("group", 1), mult_neg=mult_neg)
     if n.op == "QAvgPool" and not any(a["pads"]) and tuple(a["kernel_shape"]) == g.type(n.inputs[0]).shape[2:]:
         # a window over the whole input is a global average: one accumulator line per channel block
         s = src(n.inputs[0])
@@ -622,6 +625,7 @@ def im2row_first_layer(plan: TilePlan, orig: TilePlan, n_lanes: int, act_lines: 
         del plan.tensors[layer.src]
         layer.src, layer.weight = name, weight
         layer.bias, layer.mult, layer.shift = (np.tile(v, f) for v in (base.bias, base.mult, base.shift))
+        layer.mult_neg = None if base.mult_neg is None else np.tile(base.mult_neg, f)
         layer.strides, layer.pads, layer.dilations = (sy, 1), (0, 0, 0, 0), (dy, 1)
         done = True
     return done
@@ -759,7 +763,8 @@ def dw_post_pairs(plan: TilePlan) -> dict[int, ConvLayer]:
         # (a conv of one channel to one is a depthwise layer to the scheduler, GEMM.dw: not a PPU.dw producer)
         if not (isinstance(conv, ConvLayer) and isinstance(dw, ConvLayer) and dw.src == conv.dst
                 and conv.group == 1 and conv.op == "QConv" and readers[conv.dst] == 1
-                and conv.dst not in plan.outputs and (conv.plain or conv).weight.shape[:2] != (1, 1)):
+                and conv.dst not in plan.outputs and (conv.plain or conv).weight.shape[:2] != (1, 1)
+                and conv.mult_neg is None and dw.mult_neg is None):   # (PPU.dw has no PPU.neg)
             continue
         d = dw.plain or dw   # (a stacked one as it was: PPU.dwf takes it whole, Codegen._fusable_dws)
         m, c, kh, kw = d.weight.shape
@@ -837,6 +842,8 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
             w = conv.weight
             conv.weight = np.concatenate([w, np.zeros((extra, *w.shape[1:]), w.dtype)])
             conv.bias, conv.mult = (np.concatenate([v, np.zeros(extra, v.dtype)]) for v in (conv.bias, conv.mult))
+            if conv.mult_neg is not None:
+                conv.mult_neg = np.concatenate([conv.mult_neg, np.zeros(extra, conv.mult_neg.dtype)])
             conv.shift = np.concatenate([conv.shift, np.full(extra, conv.shift[0], conv.shift.dtype)])
             t.c += extra
     destack = {name for name in flat if plan.tensors[name].c == n_lanes} | set(loose)
@@ -903,6 +910,8 @@ def space_to_depth(plan: TilePlan, n_lanes: int, shift: bool = True, flat: froze
             layer.bias = np.tile(layer.bias, fo)
             layer.mult = np.tile(layer.mult, fo)
             layer.shift = np.tile(layer.shift, fo)
+            if layer.mult_neg is not None:
+                layer.mult_neg = np.tile(layer.mult_neg, fo)
             layer.strides = (layer.strides[0], sx2)
             layer.dilations = (layer.dilations[0], 1)
             src_w2 = _stacked_width(plan.tensors[layer.src].w, fi, si)

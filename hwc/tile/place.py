@@ -494,8 +494,8 @@ def first_pieces(g: Group) -> tuple[dict, dict]:
 
 
 def _dw_entries(fields: dict) -> int:
-    """The PARAM entries a PPU reads after its first (PPU.dw: two more)."""
-    return isa.DW_POST_ENTRIES - 1 if fields.get("dw") else 0
+    """The PARAM entries a PPU reads after its first (PPU.dw: two more; PPU.neg: one, the negative multipliers)."""
+    return isa.DW_POST_ENTRIES - 1 if fields.get("dw") else 1 if fields.get("neg") else 0
 
 
 def _param_loads(fields: dict, part_of: dict) -> set[int]:

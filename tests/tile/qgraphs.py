@@ -29,7 +29,13 @@ class QBuilder:
         shift = self.rng.integers(36, 42, m).astype(np.int32)
         return mult, shift
 
-    def conv(self, x, m, k=3, stride=1, pads=None, group=1, zp_out=None, relu=False, dil=1):
+    def _neg(self, ins, m, neg):
+        """A fused LeakyReLU (QConv / QGemm's 6th input): negative accumulators take a smaller multiplier."""
+        if neg:
+            ins.append(self.g.add_const(self.rng.integers(1 << 26, 1 << 29, m).astype(np.int32), "mn"))
+        return ins
+
+    def conv(self, x, m, k=3, stride=1, pads=None, group=1, zp_out=None, relu=False, dil=1, neg=False):
         g = self.g
         c = g.type(x).shape[1]
         kh, kw = (k, k) if isinstance(k, int) else k   # (k or (kh, kw); stride or (sh, sw))
@@ -40,13 +46,14 @@ class QBuilder:
         z_in = int(g.values[x].quant.zero_point)
         zo = int(self.rng.integers(-20, 20)) if zp_out is None else zp_out
         ins = [x] + [g.add_const(a, hint) for a, hint in ((w, "w"), (b, "b"), (mult, "m"), (shift, "s"))]
+        ins = self._neg(ins, m, neg)
         strides = [stride] * 2 if isinstance(stride, int) else list(stride)
         n = g.make_node("QConv", ins, {"strides": strides, "pads": pads, "dilations": [dil] * 2, "group": group,
                                        "z_in": z_in, "z_out": zo, "lo": zo if relu else -128, "hi": 127})
         _q(g, n.outputs[0], zo)
         return n.outputs[0]
 
-    def gemm(self, x, m):
+    def gemm(self, x, m, neg=False):
         g = self.g
         k = g.type(x).shape[1]
         w = self.rng.integers(-127, 128, (m, k)).astype(np.int8)
@@ -55,7 +62,7 @@ class QBuilder:
         z_in = int(g.values[x].quant.zero_point)
         zo = int(self.rng.integers(-20, 20))
         ins = [x] + [g.add_const(a, hint) for a, hint in ((w, "w"), (b, "b"), (mult, "m"), (shift, "s"))]
-        n = g.make_node("QGemm", ins, {"z_in": z_in, "z_out": zo})
+        n = g.make_node("QGemm", self._neg(ins, m, neg), {"z_in": z_in, "z_out": zo})
         _q(g, n.outputs[0], zo)
         return n.outputs[0]
 

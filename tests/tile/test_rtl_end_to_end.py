@@ -558,3 +558,22 @@ def test_a_channel_concat_through_the_rtl(in_place):
     assert [d["where"] for d in art.report["partition"] if d["op"] == "Concat"] == ["tile"]
     rec = next((r for r in art.report["layers"] if r["op"] == "Concat"), None)
     assert (rec is None or rec.get("in_place", False)) == in_place, rec
+
+
+def test_a_leaky_relu_cnn_through_the_rtl():
+    """LeakyReLU fused into the requantization (PPU.neg: a second multiplier for negative accumulators, read from
+    the PARAM entry after the layer's own) after a conv, a depthwise conv, a 1x1 conv and an FC layer, beside
+    plain layers sharing the same PARAM memory: RTL == model == int8 reference, equal cycles."""
+    from qgraphs import QBuilder
+
+    from hwc import isa
+
+    b = QBuilder(seed=42)
+    x = b.input("x", (1, 3, 10, 10), zp=-3)
+    y = b.conv(x, 12, k=3, stride=2, neg=True)
+    y = b.conv(y, 12, k=3, group=12, neg=True)          # depthwise
+    y = b.conv(y, 16, k=1, relu=True)
+    y = b.conv(y, 10, k=1, neg=True)
+    art = _through_the_tile8x8_rtl(b.output(b.gemm(b.flatten(y), 9, neg=True)), seed=3)
+    negs = [i for i in isa.from_bytes(art.program) if i.op == isa.Op.PPU and i.get("neg")]
+    assert negs and len(negs) < sum(i.op == isa.Op.PPU for i in isa.from_bytes(art.program))

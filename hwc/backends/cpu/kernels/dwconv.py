@@ -52,11 +52,9 @@ def emit_depthwise(ctx, x, out, w, bias, in_shape, out_sp, ks, st, dl, program, 
     o_pix = ost[3] if len(ost) == 4 else ost[2]  # out stride of one pixel (C, or the padded row's)
     o_n, o_h = ost[0], (ost[2] if len(ost) == 4 else 0)
     if int8:
-        from hwc.backends.cpu.kernels.gemm import requantize
+        from hwc.backends.cpu.kernels.gemm import requant_ptrs, requantize
 
-        sh = np.asarray(rq["shift"], np.int64)
-        rq_ptrs = (ctx.weight(np.asarray(rq["mult"], np.int64)), ctx.weight(np.left_shift(1, sh - 1)),
-                   ctx.weight(sh))
+        rq_ptrs = requant_ptrs(ctx, rq)
     else:
         used = {a for i in program.instrs for a in i.args if isinstance(a, int)} | {program.result}
 

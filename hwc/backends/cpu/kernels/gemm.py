@@ -157,10 +157,7 @@ class _Emitter:
         if spec.bias is not None:
             self.bias_ptr = ctx.weight(spec.bias.astype(np.int32 if self.int8 else np.float32))
         if self.int8:
-            rq = spec.requant
-            sh = np.asarray(rq["shift"], np.int64)
-            self.rq_ptrs = (ctx.weight(np.asarray(rq["mult"], np.int64)), ctx.weight(np.left_shift(1, sh - 1)),
-                            ctx.weight(sh))
+            self.rq_ptrs = requant_ptrs(ctx, spec.requant)
 
     def _col_blocks(self) -> list[tuple[int, int, int]]:
         """(first column, columns, count): full NR blocks, then the tail."""
@@ -374,14 +371,27 @@ class _Emitter:
                 store_strided(kb, y, spec.out, o_off, spec.out_col, F32)
 
 
+def requant_ptrs(ctx, rq: dict) -> tuple:
+    """The per-column int64 constants `requantize` reads: M, 2**(shift-1), shift (and M_neg with a fused
+    LeakyReLU, rq["mult_neg"])."""
+    sh = np.asarray(rq["shift"], np.int64)
+    ptrs = (ctx.weight(np.asarray(rq["mult"], np.int64)), ctx.weight(np.left_shift(1, sh - 1)), ctx.weight(sh))
+    if rq.get("mult_neg") is not None:
+        ptrs += (ctx.weight(np.asarray(rq["mult_neg"], np.int64)),)
+    return ptrs
+
+
 def requantize(kb, acc, ptrs, col, rq: dict):
-    """int32 accumulators -> int8 (hwc.quant.arith.requantize): p = acc * M (int64),
-    r = (p + 2**(shift-1)) >> shift (arithmetic), y = clamp(r + z_out, lo, hi).
-    `ptrs` point at per-column int64 M, 2**(shift-1) and shift; `col` is the column."""
+    """int32 accumulators -> int8 (hwc.quant.arith.requantize): p = acc * M (int64; M_neg where acc < 0 with a
+    fused LeakyReLU), r = (p + 2**(shift-1)) >> shift (arithmetic), y = clamp(r + z_out, lo, hi).
+    `ptrs` point at per-column int64 M, 2**(shift-1), shift [and M_neg] (`requant_ptrs`); `col` is the column."""
     b = kb.b
     w = acc.type.count if hasattr(acc.type, "count") else 1
     t64 = vec(I64, w)
-    m, rnd, sh = (kb.load(kb.gep(p, col, I64), I64, w) for p in ptrs)
+    m, rnd, sh = (kb.load(kb.gep(p, col, I64), I64, w) for p in ptrs[:3])
+    if len(ptrs) > 3:
+        neg = b.icmp_signed("<", acc, kb.const(acc.type, 0))
+        m = b.select(neg, kb.load(kb.gep(ptrs[3], col, I64), I64, w), m)
     r = b.ashr(b.add(b.mul(b.sext(acc, t64), m), rnd), sh)
     return clamp_to_int8(kb, b.add(r, kb.const(t64, rq["z_out"])), rq["lo"], rq["hi"])
 
@@ -694,7 +704,11 @@ def _batch_dims(a2, b2, ob, M, K, N):
 def _requant_cols(ins_reads, ctx, n: int) -> dict:
     mult = np.broadcast_to(ctx.const_data(ins_reads[3]).astype(np.int64).reshape(-1), (n,))
     shift = np.broadcast_to(ctx.const_data(ins_reads[4]).astype(np.int64).reshape(-1), (n,))
-    return {"mult": np.ascontiguousarray(mult), "shift": np.ascontiguousarray(shift)}
+    out = {"mult": np.ascontiguousarray(mult), "shift": np.ascontiguousarray(shift)}
+    if len(ins_reads) > 5 and ins_reads[5]:   # (a fused LeakyReLU: the multiplier of negative accumulators)
+        out["mult_neg"] = np.ascontiguousarray(
+            np.broadcast_to(ctx.const_data(ins_reads[5]).astype(np.int64).reshape(-1), (n,)))
+    return out
 
 
 def emit_qconv(ctx) -> None:
